@@ -1,0 +1,111 @@
+"""One typed settings object, fed by CLI flags and ``AUTOTUNE_*`` environment variables.
+
+Precedence: an explicit value (a CLI flag or a keyword argument) beats the
+environment, which beats the default. A malformed environment value fails
+loudly with the variable's name, like triton's knobs, rather than being ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, get_type_hints
+
+ENV_PREFIX = "AUTOTUNE_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used."""
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean; use 1/0, true/false, yes/no or on/off")
+
+
+def _parse(name: str, raw: str, type_name: str) -> Any:
+    base = type_name.replace(" | None", "").strip()
+    try:
+        if base == "bool":
+            return _parse_bool(name, raw)
+        if base == "int":
+            return int(raw)
+        if base == "float":
+            return float(raw)
+        if base.startswith("tuple"):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise SettingsError(f"{name}={raw!r} is not a valid {base}") from exc
+    return raw
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a sweep, the hook or a CLI command can be told."""
+
+    # Database URL; None means the embedded SQLite file (see cache.url).
+    cache: str | None = None
+    # torch.compile mode that capture, workers and the job use.
+    mode: str = "max-autotune"
+    # Ray cluster to join; None starts Ray locally.
+    address: str | None = None
+    # CPU sweeps: actors; parallel CPU benchmarks disturb each other, so 1.
+    workers: int = 1
+    # GPU sweeps: how many GPUs to use (None: every GPU Ray sees).
+    gpus: int | None = None
+    # Seconds one request may take on a worker before it is killed and recorded as failed.
+    request_timeout: float = 600.0
+    # Hook: what to do on a miss ("tune", "aten", "error").
+    on_miss: str = "tune"
+    # Hook: store misses' benchmark results under the sweep's keys.
+    write_back: bool = True
+    # Refuse every write (jobs holding read-only credentials).
+    read_only: bool = False
+    # Hook: seconds a cache lookup may take before it counts as a failure.
+    lookup_timeout: float = 2.0
+    # Device to capture and tune on: "cuda" or "cpu"; None picks cuda when present.
+    device: str | None = None
+    # Free-form Inductor config overrides, KEY=VALUE.
+    inductor_config: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``AUTOTUNE_*`` variables, then non-None ``overrides``."""
+        environ = dict(os.environ if environ is None else environ)
+        hints = get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            env_name = ENV_PREFIX + f.name.upper()
+            if env_name in environ:
+                values[f.name] = _parse(env_name, environ[env_name], str(hints[f.name]))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def replace(self, **changes: Any) -> Settings:
+        settings = dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.on_miss not in ("tune", "aten", "error"):
+            raise SettingsError(
+                f"on_miss={self.on_miss!r} is not one of tune, aten, error (AUTOTUNE_ON_MISS)"
+            )
+        if self.workers < 1:
+            raise SettingsError(f"workers={self.workers} must be at least 1 (AUTOTUNE_WORKERS)")
+        if self.gpus is not None and self.gpus < 1:
+            raise SettingsError(f"gpus={self.gpus} must be at least 1 (AUTOTUNE_GPUS)")
+        if self.device not in (None, "cuda", "cpu"):
+            raise SettingsError(f"device={self.device!r} must be cuda or cpu (AUTOTUNE_DEVICE)")
+        if self.request_timeout <= 0 or self.lookup_timeout <= 0:
+            raise SettingsError("timeouts must be positive")

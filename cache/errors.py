@@ -1,0 +1,32 @@
+"""Errors raised by the cache store.
+
+Every message is one line that names the problem and, where there is one, the
+fix, so the CLI can print it as is and a training job's log stays readable.
+"""
+
+from __future__ import annotations
+
+
+class CacheError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+
+class CacheUnavailable(CacheError):
+    """The database cannot be reached or the URL is unusable."""
+
+
+class SchemaOutdated(CacheError):
+    """The database schema is not the one this version of autotune expects."""
+
+
+class ReadOnlyError(CacheError):
+    """A write was attempted on a store opened with read_only=True."""
+
+
+class ImportValidationError(CacheError):
+    """A JSON Lines import file has a bad line; nothing was imported."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        self.line = line
+        self.problem = problem
+        super().__init__(f"line {line}: {problem}")

@@ -1,0 +1,218 @@
+"""Versioned JSON Lines export/import format of the cache.
+
+Line 1 is a header ``{"format": "autotune-cache", "version": 1}``; every other
+line is one ``TuningResult.to_json()``. Import validates the whole file before
+writing anything, so a bad line leaves the cache untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from datetime import datetime
+from typing import IO, Any
+
+from cache.errors import ImportValidationError
+from cache.records import FAILURE_KINDS, STATUSES, TuningResult
+
+FORMAT = "autotune-cache"
+VERSION = 1
+
+# A field's accepted types; None in the tuple means JSON null is allowed.
+_Spec = dict[str, tuple[tuple[Any, ...], bool]]  # name -> (types, required)
+_STR, _OPT_STR = (str,), (str, None)
+_NUM_OR_NULL = (int, float, None)
+
+_ENV: _Spec = {
+    "device_kind": (_STR, True),
+    "device_name": (_STR, True),
+    "torch_version": (_STR, True),
+    "triton_version": (_OPT_STR, True),
+    "cuda_version": (_OPT_STR, True),
+    "system_hash": (_STR, True),
+    "config_fingerprint": (_STR, True),
+    "config": ((dict,), False),
+}
+_REQUEST: _Spec = {
+    "op": (_STR, True),
+    "inputs_key": (_STR, True),
+    "precision": (_STR, True),
+    "inputs": ((list,), False),
+    "params": ((dict,), False),
+    "choice_hashes": ((list,), False),
+}
+_LAYOUT: _Spec = {
+    "sizes": ((list,), True),
+    "strides": ((list,), True),
+    "offset": ((int,), True),
+    "dtype": (_STR, True),
+    "device": (_STR, True),
+}
+_CANDIDATE: _Spec = {
+    "choice_hash": (_STR, True),
+    "kind": (_STR, True),
+    "name": (_STR, True),
+    "description": (_STR, False),
+    "template_id": (_OPT_STR, False),
+    "params": ((dict,), False),
+    "time_ms": (_NUM_OR_NULL, False),
+    "failure_kind": (_OPT_STR, False),
+    "failure_message": (_OPT_STR, False),
+}
+_PROVENANCE: _Spec = {
+    "created_at": (_STR, True),
+    "host": (_STR, False),
+    "sweep_id": (_OPT_STR, False),
+    "tuning_seconds": (_NUM_OR_NULL, False),
+    "source": (_STR, False),
+}
+_RESULT: _Spec = {
+    "env": ((dict,), True),
+    "request": ((dict,), True),
+    "candidates": ((list,), True),
+    "winner_hash": (_OPT_STR, False),
+    "status": (_STR, False),
+    "validation": ((dict, None), False),
+    "error": (_OPT_STR, False),
+    "provenance": ((dict,), True),
+}
+
+
+def header() -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION}
+
+
+def dumps(result: TuningResult) -> str:
+    return json.dumps(result.to_json(), separators=(",", ":"))
+
+
+def write(fp: IO[str], results: Iterable[TuningResult]) -> int:
+    fp.write(json.dumps(header()) + "\n")
+    count = 0
+    for result in results:
+        fp.write(dumps(result) + "\n")
+        count += 1
+    return count
+
+
+def read(fp: IO[str]) -> list[TuningResult]:
+    """Parse and validate every line; raise ImportValidationError at the first bad one."""
+    results: list[TuningResult] = []
+    seen_header = False
+    for number, line in enumerate(fp, start=1):
+        if not line.strip():
+            continue
+        data = _parse_json(line, number)
+        if not seen_header:
+            _check_header(data, number)
+            seen_header = True
+            continue
+        try:
+            results.append(parse_result(data))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ImportValidationError(number, str(exc)) from None
+    if not seen_header:
+        raise ImportValidationError(1, f"empty file: expected a header line {json.dumps(header())}")
+    return results
+
+
+def _parse_json(line: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ImportValidationError(number, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _check_header(data: Any, number: int) -> None:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ImportValidationError(
+            number, f'not an autotune cache export: the first line must be {json.dumps(header())}'
+        )
+    version = data.get("version")
+    if version != VERSION:
+        raise ImportValidationError(
+            number, f"unsupported format version {version!r} (this autotune reads version {VERSION})"
+        )
+
+
+def parse_result(data: Any) -> TuningResult:
+    """Check one line's structure and types, then build the record."""
+    _check(data, _RESULT, "result")
+    _check(data["env"], _ENV, "env")
+    _check(data["request"], _REQUEST, "request")
+    _check(data["provenance"], _PROVENANCE, "provenance")
+    for i, layout in enumerate(data["request"].get("inputs", [])):
+        _check(layout, _LAYOUT, f"request.inputs[{i}]")
+        for name in ("sizes", "strides"):
+            if not all(_is_int(v) for v in layout[name]):
+                raise ValueError(f"request.inputs[{i}].{name} must be a list of integers")
+    if not all(isinstance(h, str) for h in data["request"].get("choice_hashes", [])):
+        raise ValueError("request.choice_hashes must be a list of strings")
+    hashes = [_check_candidate(c, i) for i, c in enumerate(data["candidates"])]
+    status = data.get("status", STATUSES[0])
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    winner = data.get("winner_hash")
+    if winner is not None and winner not in hashes:
+        raise ValueError(f"winner_hash {winner!r} is not the choice_hash of any candidate")
+    try:
+        datetime.fromisoformat(data["provenance"]["created_at"])
+    except ValueError:
+        raise ValueError("provenance.created_at is not an ISO 8601 timestamp") from None
+    return TuningResult.from_json(data)
+
+
+def _check_candidate(cand: Any, i: int) -> str:
+    where = f"candidates[{i}]"
+    _check(cand, _CANDIDATE, where)
+    kind = cand.get("failure_kind")
+    if kind is not None and kind not in FAILURE_KINDS:
+        raise ValueError(f"{where}.failure_kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
+    time_ms = cand.get("time_ms")
+    if time_ms is not None and not (math.isfinite(time_ms) and time_ms >= 0):
+        raise ValueError(f"{where}.time_ms must be a finite number >= 0 or null, got {time_ms!r}")
+    return cand["choice_hash"]
+
+
+def _check(obj: Any, spec: _Spec, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} must be a JSON object, got {_json_type(obj)}")
+    unknown = sorted(set(obj) - set(spec))
+    if unknown:
+        raise ValueError(f"{where} has unknown field {unknown[0]!r}")
+    for name, (types, required) in spec.items():
+        if name not in obj:
+            if required:
+                raise ValueError(f"{where} is missing required field {name!r}")
+            continue
+        if not _matches(obj[name], types):
+            expected = " or ".join("null" if t is None else _TYPE_NAMES[t] for t in types)
+            raise ValueError(f"{where}.{name} must be {expected}, got {_json_type(obj[name])}")
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _matches(value: Any, types: tuple[Any, ...]) -> bool:
+    if value is None:
+        return None in types
+    if isinstance(value, bool):  # bool is an int in Python, never in our schema
+        return False
+    return any(t is not None and isinstance(value, t) for t in types)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    for t, name in _TYPE_NAMES.items():
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+

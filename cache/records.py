@@ -1,0 +1,271 @@
+"""Plain, typed records that flow between capture, workers, the store and the hook.
+
+They are the store's whole vocabulary: everything it saves or returns is one of
+these, made only of JSON-compatible values (no pickles, no code). Keys are
+sha256 digests of the fields that identify a record, so the same request gets
+the same key on every host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+# Status of a stored tuning result.
+STATUS_OK = "ok"  # a winner was found and validated against ATen
+STATUS_FAILED = "failed"  # the request could not be tuned (crash, timeout, no valid choice)
+STATUS_MISMATCH = "key_mismatch"  # the reproduced key/candidates differ from the recorded ones
+STATUS_INVALID = "invalid"  # the winner gave wrong numbers
+STATUSES = (STATUS_OK, STATUS_FAILED, STATUS_MISMATCH, STATUS_INVALID)
+
+# Why a candidate has no time.
+FAILURE_KINDS = (
+    "compile_error",
+    "out_of_resources",
+    "wrong_numerics",
+    "timeout",
+    "crash",
+    "benchmark_error",
+)
+
+
+def digest(*parts: Any) -> str:
+    """A stable sha256 hex digest of JSON-serialisable parts."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Everything outside the request that can change a timing or a kernel's source."""
+
+    device_kind: str  # "cuda", "cpu", ...
+    device_name: str  # GPU name, or on CPU the CPU model plus its vector ISA
+    torch_version: str
+    triton_version: str | None
+    cuda_version: str | None
+    system_hash: str  # Inductor's CacheBase.get_system()["hash"]
+    config_fingerprint: str  # digest of the Inductor config values that change choices or source
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return digest(
+            self.device_kind,
+            self.device_name,
+            self.torch_version,
+            self.triton_version,
+            self.cuda_version,
+            self.system_hash,
+            self.config_fingerprint,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Environment:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """One input of a request, as Inductor's inputs_key sees it."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: str  # e.g. "torch.bfloat16"
+    device: str  # device type, e.g. "cuda" (never an index)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sizes": list(self.sizes),
+            "strides": list(self.strides),
+            "offset": self.offset,
+            "dtype": self.dtype,
+            "device": self.device,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InputLayout:
+        return cls(
+            sizes=tuple(int(s) for s in data["sizes"]),
+            strides=tuple(int(s) for s in data["strides"]),
+            offset=int(data["offset"]),
+            dtype=str(data["dtype"]),
+            device=str(data["device"]),
+        )
+
+
+@dataclass(frozen=True)
+class TuningRequest:
+    """One autotune request exactly as Inductor makes it.
+
+    Identity is (op, inputs_key, precision); inputs, params and the candidate set
+    are what a worker needs to reproduce it and what the hook checks at lookup.
+    """
+
+    op: str  # Inductor's name: "mm", "addmm", "bmm", "convolution", "packed_linear", ...
+    inputs_key: str  # Inductor's create_inputs_key(input_nodes)
+    precision: str  # torch.get_float32_matmul_precision() at request time
+    inputs: tuple[InputLayout, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    choice_hashes: tuple[str, ...] = ()  # sorted hash_key() of every candidate offered
+
+    @property
+    def key(self) -> str:
+        return digest(self.op, self.inputs_key, self.precision)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "inputs_key": self.inputs_key,
+            "precision": self.precision,
+            "inputs": [i.to_json() for i in self.inputs],
+            "params": self.params,
+            "choice_hashes": list(self.choice_hashes),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuningRequest:
+        return cls(
+            op=str(data["op"]),
+            inputs_key=str(data["inputs_key"]),
+            precision=str(data["precision"]),
+            inputs=tuple(InputLayout.from_json(i) for i in data.get("inputs", [])),
+            params=dict(data.get("params") or {}),
+            choice_hashes=tuple(sorted(data.get("choice_hashes", []))),
+        )
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One candidate choice and how it did."""
+
+    choice_hash: str  # Inductor's choice.hash_key()
+    kind: str  # "aten", "triton", "cpp", "extern", ...
+    name: str
+    description: str = ""
+    template_id: str | None = None
+    params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    time_ms: float | None = None  # None when it failed
+    failure_kind: str | None = None  # one of FAILURE_KINDS
+    failure_message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.time_ms is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CandidateResult:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    created_at: datetime = field(default_factory=utcnow)
+    host: str = ""
+    sweep_id: str | None = None
+    tuning_seconds: float | None = None
+    source: str = "sweep"  # "sweep", "write_back", "import"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["created_at"] = self.created_at.isoformat()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Provenance:
+        data = dict(data)
+        created = datetime.fromisoformat(data.pop("created_at"))
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=timezone.utc)
+        return cls(created_at=created, **data)
+
+
+@dataclass(frozen=True)
+class TuningResult:
+    """A tuned request: every candidate, the winner and its validation."""
+
+    env: Environment
+    request: TuningRequest
+    candidates: tuple[CandidateResult, ...]
+    winner_hash: str | None
+    status: str = STATUS_OK  # one of STATUSES
+    validation: dict[str, Any] | None = None  # {"passed", "max_abs_err", "atol", "rtol"}
+    error: str | None = None  # request-level failure reason
+    provenance: Provenance = field(default_factory=Provenance)
+
+    @property
+    def winner(self) -> CandidateResult | None:
+        return next((c for c in self.candidates if c.choice_hash == self.winner_hash), None)
+
+    @property
+    def aten_time_ms(self) -> float | None:
+        times = [c.time_ms for c in self.candidates if c.kind == "aten" and c.time_ms is not None]
+        return min(times) if times else None
+
+    @property
+    def speedup_over_aten(self) -> float | None:
+        winner, aten = self.winner, self.aten_time_ms
+        if winner is None or winner.time_ms is None or aten is None or winner.time_ms <= 0:
+            return None
+        return aten / winner.time_ms
+
+    def timings(self) -> dict[str, float]:
+        """choice hash -> ms, failures as +inf (what Inductor itself records)."""
+        return {
+            c.choice_hash: c.time_ms if c.time_ms is not None else float("inf")
+            for c in self.candidates
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "env": self.env.to_json(),
+            "request": self.request.to_json(),
+            "candidates": [c.to_json() for c in self.candidates],
+            "winner_hash": self.winner_hash,
+            "status": self.status,
+            "validation": self.validation,
+            "error": self.error,
+            "provenance": self.provenance.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuningResult:
+        return cls(
+            env=Environment.from_json(data["env"]),
+            request=TuningRequest.from_json(data["request"]),
+            candidates=tuple(CandidateResult.from_json(c) for c in data["candidates"]),
+            winner_hash=data.get("winner_hash"),
+            status=data.get("status", STATUS_OK),
+            validation=data.get("validation"),
+            error=data.get("error"),
+            provenance=Provenance.from_json(data["provenance"])
+            if data.get("provenance")
+            else Provenance(),
+        )
+
+
+@dataclass(frozen=True)
+class MissRecord:
+    """A request the hook could not answer, logged so the next sweep tunes it."""
+
+    env: Environment
+    request: TuningRequest
+    first_seen: datetime = field(default_factory=utcnow)
+    last_seen: datetime = field(default_factory=utcnow)
+    count: int = 1
+    host: str = ""

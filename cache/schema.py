@@ -1,0 +1,75 @@
+"""Schema versioning: Alembic driven from code (no alembic.ini at runtime)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
+
+from cache import models
+
+log = logging.getLogger(__name__)
+
+VERSION_TABLE = "alembic_version"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+# Any 64-bit constant: serialises concurrent migrations on one PostgreSQL database.
+_PG_MIGRATION_LOCK = 0x6175746F74756E65  # "autotune"
+
+
+def alembic_config(migrations_dir: str | Path | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir or MIGRATIONS_DIR))
+    return cfg
+
+
+@functools.lru_cache(maxsize=8)
+def head_revision(migrations_dir: str | None = None) -> str:
+    # Cached: parsing the version scripts costs milliseconds; heads never change at runtime.
+    heads = ScriptDirectory.from_config(alembic_config(migrations_dir)).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"expected one migration head, found {heads}")
+    return heads[0]
+
+
+@functools.lru_cache(maxsize=8)
+def known_revisions(migrations_dir: str | None = None) -> frozenset[str]:
+    script = ScriptDirectory.from_config(alembic_config(migrations_dir))
+    return frozenset(rev.revision for rev in script.walk_revisions())
+
+
+def current_revision(conn: Connection) -> str | None:
+    # Read the version table directly: MigrationContext.configure() is slower and
+    # logs at INFO on every call, and this runs once per Store.
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    versions = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    return versions[0] if len(versions) == 1 else None
+
+
+def has_cache_tables(conn: Connection) -> bool:
+    names = set(inspect(conn).get_table_names())
+    return bool(names & set(models.Base.metadata.tables))
+
+
+def lock_for_migration(conn: Connection) -> None:
+    """Take the database-wide migration lock for the rest of conn's transaction.
+
+    SQLite needs nothing here: the store opens writing transactions with
+    BEGIN IMMEDIATE, which already excludes every other writer.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+
+
+def upgrade(conn: Connection, migrations_dir: str | None = None, target: str = "head") -> None:
+    """Migrate to target inside conn's current transaction (caller commits)."""
+    cfg = alembic_config(migrations_dir)
+    cfg.attributes["connection"] = conn
+    log.info("migrating cache schema from %s to %s", current_revision(conn), target)
+    command.upgrade(cfg, target)

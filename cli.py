@@ -1,0 +1,456 @@
+"""The `autotune` command line.
+
+Thin on purpose: each command parses its options, calls one library function
+and prints the outcome with rich. Errors from the cache become one line on
+stderr (`Error: ...`) and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from importlib import metadata
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from cache import CacheError, ImportValidationError, MissRecord, Store, TuningRequest, TuningResult
+
+_DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "float64": "fp64",
+    "double": "fp64",
+    "int8": "i8",
+    "uint8": "u8",
+    "int32": "i32",
+    "float8_e4m3fn": "fp8e4m3",
+    "float8_e5m2": "fp8e5m2",
+}
+_MATMUL_OPS = {"mm", "bmm", "int_mm", "_int_mm", "scaled_mm", "mm_plus_mm", "packed_linear"}
+_BIAS_MATMUL_OPS = {"addmm", "baddbmm"}  # (bias, a, b): show a @ b
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class _Group(click.Group):
+    """A group that turns CacheError into click's one-line `Error: ...` and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CacheError as error:
+            raise click.ClickException(str(error)) from None
+
+
+class _Duration(click.ParamType):
+    """30d, 12h, 2w, 90m, 45s."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", str(value).lower())
+        if not match:
+            self.fail(f"{value!r} is not a duration like 30d, 12h, 2w, 90m or 45s", param, ctx)
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def _version() -> str:
+    try:
+        return metadata.version("autotune")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0+unknown"
+
+
+def _out() -> Console:
+    # Built per call so CliRunner's captured stdout is used; soft_wrap keeps one line per row.
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _open(ctx: click.Context, *, read_only: bool) -> Store:
+    return Store((ctx.obj or {}).get("cache_url"), read_only=read_only)
+
+
+def _cache_option(func: Any) -> Any:
+    """--cache on the group and on each command (either position works)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        # The dict is shared with subcommand contexts, so the innermost --cache wins.
+        obj = ctx.ensure_object(dict)
+        if value:
+            obj["cache_url"] = value
+
+    return click.option(
+        "--cache",
+        "cache_url",
+        metavar="URL",
+        expose_value=False,
+        callback=remember,
+        help="Cache database: sqlite:///PATH, a file path or postgresql://USER@HOST/DB "
+        "(default: $AUTOTUNE_CACHE, else ~/.cache/autotune/cache.db).",
+    )(func)
+
+
+# ------------------------------------------------------------------ formatting
+
+
+def short_dtype(dtype: str) -> str:
+    name = dtype.removeprefix("torch.")
+    return _DTYPES.get(name, name)
+
+
+def describe_request(request: TuningRequest) -> str:
+    """`mm 1024x4096 @ 4096x1024 bf16`, `conv 16x64x56x56 * 64x64x3x3 bf16`, ..."""
+    shapes = ["x".join(str(s) for s in layout.sizes) or "scalar" for layout in request.inputs]
+    dtypes = "/".join(dict.fromkeys(short_dtype(layout.dtype) for layout in request.inputs))
+    op = request.op
+    if not shapes:
+        body = request.inputs_key[:60]
+    elif op in _MATMUL_OPS and len(shapes) >= 2:
+        body = f"{shapes[0]} @ {shapes[1]}"
+    elif op in _BIAS_MATMUL_OPS and len(shapes) >= 3:
+        body = f"{shapes[1]} @ {shapes[2]} + {shapes[0]}"
+    elif op.startswith("conv") and len(shapes) >= 2:
+        op, body = "conv", f"{shapes[0]} * {shapes[1]}"
+    else:
+        body = ", ".join(shapes)
+    return " ".join(part for part in (op, body, dtypes) if part)
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f} ms"
+
+
+def _fmt_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _winner_label(result: TuningResult, width: int = 44) -> str:
+    winner = result.winner
+    if winner is None:
+        return "-"
+    label = f"{winner.name} {winner.description}".strip()
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
+    winner = result.winner
+    return {
+        "id": row_id,
+        "op": result.request.op,
+        "shapes": describe_request(result.request),
+        "device": result.env.device_name,
+        "torch_version": result.env.torch_version,
+        "status": result.status,
+        "winner": None if winner is None else winner.name,
+        "winner_description": None if winner is None else winner.description,
+        "winner_time_ms": None if winner is None else winner.time_ms,
+        "aten_time_ms": result.aten_time_ms,
+        "speedup_over_aten": result.speedup_over_aten,
+        "key": result.request.key,
+    }
+
+
+def _miss_summary(miss: MissRecord) -> dict[str, Any]:
+    return {
+        "op": miss.request.op,
+        "shapes": describe_request(miss.request),
+        "device": miss.env.device_name,
+        "count": miss.count,
+        "first_seen": miss.first_seen.isoformat(),
+        "last_seen": miss.last_seen.isoformat(),
+        "host": miss.host,
+        "key": miss.request.key,
+    }
+
+
+# ---------------------------------------------------------------------- groups
+
+
+@click.group(cls=_Group, name="autotune")
+@click.version_option(_version(), "--version", prog_name="autotune")
+def main() -> None:
+    """Ahead-of-time max-autotune sweeps and a shared kernel cache for torch.compile.
+
+    \b
+    Example:
+        autotune cache stats
+        autotune --version
+    """
+
+
+@main.group(cls=_Group)
+@_cache_option
+@click.pass_context
+def cache(ctx: click.Context) -> None:
+    """Inspect and manage the shared kernel cache.
+
+    The cache is chosen by --cache URL, else $AUTOTUNE_CACHE, else the SQLite
+    file ~/.cache/autotune/cache.db.
+
+    \b
+    Example:
+        autotune cache --cache postgresql://autotune@db/cache stats
+        AUTOTUNE_CACHE=/shared/cache.db autotune cache ls --op mm
+    """
+    ctx.ensure_object(dict)
+
+
+@cache.command()
+@_cache_option
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Show row counts, schema revision and size of the cache.
+
+    \b
+    Example:
+        autotune cache stats
+        autotune cache stats --json | jq .requests
+    """
+    data = _open(ctx, read_only=True).stats()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    out = _out()
+    for name, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+        out.print(f"[bold]{name.replace('_', ' '):<18}[/bold] {escape(str(value))}")
+
+
+@cache.command(name="ls")
+@_cache_option
+@click.option("--op", help="Only this op (mm, addmm, bmm, convolution, ...).")
+@click.option("--device", help="Only devices whose name contains NAME (or of kind NAME).")
+@click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most N rows; 0 for all.")
+@click.option("--misses", is_flag=True, help="List logged cache misses instead of results.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misses: bool, as_json: bool) -> None:
+    """List cached requests, one per line, with their winners.
+
+    Columns: id, request, device, winner, winner time, speedup over ATen, status.
+
+    \b
+    Example:
+        autotune cache ls --op mm --device h100 --limit 20
+        autotune cache ls --misses
+    """
+    store = _open(ctx, read_only=True)
+    if misses:
+        _print_misses(store, op, device, limit, as_json)
+        return
+    rows = store.list_results(op=op, device=device, limit=limit or None)
+    if as_json:
+        click.echo(json.dumps([_result_summary(i, r) for i, r in rows], indent=2))
+        return
+    out = _out()
+    out.print(
+        f"[bold]{'id':>6}  {'request':<38}  {'device':<22}  {'winner':<44}  "
+        f"{'time':>11}  {'vs aten':>7}  status[/bold]"
+    )
+    for row_id, result in rows:
+        line = (
+            f"{row_id:>6}  {describe_request(result.request):<38}  {result.env.device_name:<22}  "
+            f"{_winner_label(result):<44}  {_fmt_ms(result.winner.time_ms if result.winner else None):>11}  "
+            f"{_fmt_speedup(result.speedup_over_aten):>7}  {result.status}"
+        )
+        out.print(escape(line))
+    if not rows:
+        _err().print("No cached requests match.")
+
+
+def _print_misses(store: Store, op: str | None, device: str | None, limit: int, as_json: bool) -> None:
+    needle = (device or "").lower()
+    found = [
+        m
+        for m in store.misses()
+        if (not op or m.request.op == op)
+        and (not needle or needle in m.env.device_name.lower() or needle == m.env.device_kind.lower())
+    ]
+    found = found[:limit] if limit else found
+    if as_json:
+        click.echo(json.dumps([_miss_summary(m) for m in found], indent=2))
+        return
+    out = _out()
+    out.print(f"[bold]{'count':>6}  {'request':<38}  {'device':<22}  {'last seen':<19}  host[/bold]")
+    for miss in found:
+        line = (
+            f"{miss.count:>6}  {describe_request(miss.request):<38}  {miss.env.device_name:<22}  "
+            f"{miss.last_seen:%Y-%m-%d %H:%M:%S}  {miss.host}"
+        )
+        out.print(escape(line))
+    if not found:
+        _err().print("No logged misses match.")
+
+
+@cache.command()
+@_cache_option
+@click.argument("request_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the stored result as JSON.")
+@click.pass_context
+def show(ctx: click.Context, request_id: int, as_json: bool) -> None:
+    """Show one cached request and every candidate, fastest first.
+
+    ID is the number in the first column of `autotune cache ls`.
+
+    \b
+    Example:
+        autotune cache show 42
+    """
+    result = _open(ctx, read_only=True).get(request_id)
+    if result is None:
+        raise click.ClickException(f"no cached request with id {request_id}; see `autotune cache ls`")
+    if as_json:
+        click.echo(json.dumps({"id": request_id, **result.to_json()}, indent=2))
+        return
+    _print_result(request_id, result)
+
+
+def _print_result(request_id: int, result: TuningResult) -> None:
+    out, env, req, prov = _out(), result.env, result.request, result.provenance
+    out.print(f"[bold]#{request_id}  {escape(describe_request(req))}[/bold]  status {escape(result.status)}")
+    details = [
+        ("op", f"{req.op}   precision {req.precision}   key {req.key}"),
+        ("inputs_key", req.inputs_key),
+        ("params", json.dumps(req.params) if req.params else "-"),
+        ("device", f"{env.device_kind} {env.device_name}"),
+        ("versions", f"torch {env.torch_version}, triton {env.triton_version}, cuda {env.cuda_version}"),
+        ("env key", env.key),
+        ("tuned", f"{prov.created_at:%Y-%m-%d %H:%M:%S} UTC on {prov.host or '?'} "
+                  f"(sweep {prov.sweep_id or '-'}, {prov.tuning_seconds or 0:.1f} s, {prov.source})"),
+        ("validation", json.dumps(result.validation) if result.validation else "-"),
+    ]
+    if result.error:
+        details.append(("error", result.error))
+    for name, value in details:
+        out.print(f"  {name:<11} {escape(str(value))}")
+    aten = result.aten_time_ms
+    ordered = sorted(result.candidates, key=lambda c: (c.time_ms is None, c.time_ms or 0.0))
+    out.print(f"[bold]Candidates ({len(ordered)}, fastest first; * = winner)[/bold]")
+    for cand in ordered:
+        mark = "*" if cand.choice_hash == result.winner_hash else " "
+        if cand.time_ms is not None:
+            speed = _fmt_speedup(aten / cand.time_ms if aten and cand.time_ms > 0 else None)
+            timing = f"{_fmt_ms(cand.time_ms):>11}  {speed:>7}"
+        else:
+            timing = f"{'FAILED':>11}  {cand.failure_kind or '':>7}"
+        line = f"  {mark} {timing}  {cand.kind:<7} {cand.name} {cand.description}".rstrip()
+        out.print(escape(line))
+        if cand.failure_message:
+            out.print(f"      [dim]{escape(cand.failure_message)}[/dim]")
+
+
+@cache.command(name="export")
+@_cache_option
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.pass_context
+def export_(ctx: click.Context, file: str) -> None:
+    """Write every cached result to FILE as JSON Lines ('-' for stdout).
+
+    The first line is a format header; each further line is one result.
+
+    \b
+    Example:
+        autotune cache export cache.jsonl
+        autotune cache export - | gzip > cache.jsonl.gz
+    """
+    store = _open(ctx, read_only=True)
+    # atomic: a failed export never leaves a truncated file behind.
+    with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
+        count = store.export_jsonl(fp)
+    _err().print(f"Exported {count} results to {escape('stdout' if file == '-' else file)}")
+
+
+@cache.command(name="import")
+@_cache_option
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.pass_context
+def import_(ctx: click.Context, file: str) -> None:
+    """Import results from a JSON Lines FILE made by `export` ('-' for stdin).
+
+    Every line is checked first; one bad line and nothing is imported.
+    Importing the same file again changes nothing.
+
+    \b
+    Example:
+        autotune cache import cache.jsonl
+        gunzip -c cache.jsonl.gz | autotune cache --cache postgresql://db/cache import -
+    """
+    store = _open(ctx, read_only=False)
+    try:
+        with click.open_file(file, "r", encoding="utf-8") as fp:
+            report = store.import_jsonl(fp)
+    except ImportValidationError as error:
+        raise click.ClickException(f"{file}: {error}; nothing was imported") from None
+    except OSError as error:
+        raise click.ClickException(f"cannot read {file}: {error.strerror}") from None
+    _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged) from {escape(file)}")
+
+
+@cache.command()
+@_cache_option
+@click.option("--torch-version", metavar="V", help="Only results tuned with this torch version.")
+@click.option("--device", metavar="NAME", help="Only devices whose name contains NAME (or of kind NAME).")
+@click.option("--older-than", type=_Duration(), help="Only results written longer ago than this (30d, 12h, 2w).")
+@click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
+@click.pass_context
+def prune(
+    ctx: click.Context,
+    torch_version: str | None,
+    device: str | None,
+    older_than: timedelta | None,
+    dry_run: bool,
+) -> None:
+    """Remove cached results matching ALL the given filters.
+
+    Logged misses matching the filters go too, and environments left empty.
+
+    \b
+    Example:
+        autotune cache prune --torch-version 2.5.1 --dry-run
+        autotune cache prune --device a100 --older-than 30d
+    """
+    if not (torch_version or device or older_than):
+        raise click.UsageError("give at least one of --torch-version, --device or --older-than")
+    store = _open(ctx, read_only=dry_run)
+    removed = store.prune(torch_version=torch_version, device=device, older_than=older_than, dry_run=dry_run)
+    verb = "Would remove" if dry_run else "Removed"
+    _out().print(f"{verb} {removed} cached requests")
+
+
+@cache.command()
+@_cache_option
+@click.pass_context
+def upgrade(ctx: click.Context) -> None:
+    """Create the cache schema, or migrate it to this autotune's version.
+
+    Run it when a command says the schema is outdated. Safe to repeat.
+
+    \b
+    Example:
+        autotune cache upgrade
+        autotune cache --cache postgresql://autotune@db/cache upgrade
+    """
+    store = _open(ctx, read_only=False)
+    before = store.current_revision()
+    after = store.upgrade()
+    if before == after:
+        _out().print(f"Cache schema already at revision {after} ({escape(store.masked_url)})")
+    else:
+        _out().print(f"Cache schema upgraded from {before or 'empty'} to {after} ({escape(store.masked_url)})")
+
+
+# --- sweep / run commands are added below by the coordinator ---

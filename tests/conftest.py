@@ -1,0 +1,95 @@
+"""Fixtures: a fresh SQLite file or PostgreSQL schema per test, on both backends.
+
+PostgreSQL comes from $AUTOTUNE_TEST_POSTGRES (default: the local server's
+`test` database). Each session creates its own scratch database from it and
+drops it at the end; each test gets its own schema inside it, selected with
+``?options=-csearch_path=...`` (which also exercises that URL form). If the
+server cannot be reached the PostgreSQL tests are skipped, except on CI
+(``$CI`` set) where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/factories.py
+
+from cache import Store  # noqa: E402
+
+ADMIN_URL = os.environ.get(
+    "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def _admin_engine(database: str | None = None) -> sa.Engine:
+    url = sa.make_url(ADMIN_URL)
+    if database:
+        url = url.set(database=database)
+    return sa.create_engine(
+        url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}, poolclass=sa.NullPool
+    )
+
+
+@pytest.fixture(scope="session")
+def _pg_database() -> Iterator[sa.URL]:
+    admin = _admin_engine()
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    except sa.exc.OperationalError as error:
+        reason = f"PostgreSQL not reachable at {ADMIN_URL}: {str(error.orig).splitlines()[0]}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set, so a missing PostgreSQL is a failure)")
+        print(f"\nskipping PostgreSQL tests: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    try:
+        yield sa.make_url(ADMIN_URL).set(database=name)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(_pg_database: sa.URL) -> Iterator[str]:
+    """A fresh, empty schema in the session's scratch database."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    engine = _admin_engine(_pg_database.database)
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    base = _pg_database.render_as_string(hide_password=False)
+    yield f"{base}?options=-csearch_path%3D{schema}"
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cache' / 'cache.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    with Store(store_url) as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Never touch the developer's real cache: no $AUTOTUNE_CACHE, a private XDG dir."""
+    monkeypatch.delenv("AUTOTUNE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

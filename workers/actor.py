@@ -1,0 +1,87 @@
+"""The Ray actor: one per GPU (or ``--workers N`` on CPU), tuning one request at a time.
+
+The actor is a long-lived Python+torch process, so a request costs a compile,
+not an interpreter start. Each request still runs in fresh Inductor state and
+cache dirs (see ``tune_request``). A request that kills the process is caught
+by the driver as an actor error; Ray restarts the actor for the next request.
+The actor stores every result the moment it has it, so an interrupted sweep
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Fault injection for tests of the failure path: "crash:OP" makes the process
+# die (os._exit) on a request for OP, "hang:OP" makes it sleep past any timeout.
+FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
+
+
+def _inject_fault(op: str) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    kind, _, target = spec.partition(":")
+    if not spec or target != op:
+        return
+    if kind == "crash":
+        os._exit(17)
+    if kind == "hang":
+        import time
+
+        time.sleep(3600)
+
+
+class TuningWorker:
+    """Tunes jobs (plain JSON) and stores each result at once."""
+
+    def __init__(self, store: Any | None, device: str) -> None:
+        self.store = store
+        self.device = device
+        logging.basicConfig(level=logging.WARNING)
+
+    def describe(self) -> dict[str, Any]:
+        """Where this actor runs: checked by the driver before any work is sent."""
+        import torch
+
+        info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
+        if self.device == "cuda":
+            info["cuda_available"] = torch.cuda.is_available()
+            info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+            info["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return info
+
+    def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
+        from .tune import TuneJob, tune_request
+
+        job = TuneJob.from_json(job_json)
+        _inject_fault(job.request.op)
+        result = tune_request(job)
+        if self.store is not None:
+            self.store.put_result(result)
+        return result.to_json()
+
+
+def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Capture on a Ray worker that has the target device (the sweep host may not)."""
+    import tempfile
+    from pathlib import Path
+
+    from autotune.capture import capture_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / model_name
+        path.write_text(model_source)
+        result = capture_file(str(path), **kwargs)
+    return {
+        "env": result.env.to_json() if result.env else None,
+        "requests": [r.to_json() for r in result.requests],
+        "config_overrides": result.config_overrides,
+        "mode": result.mode,
+        "device": result.device,
+        "seconds": result.seconds,
+        "total_lookups": result.total_lookups,
+    }

@@ -1,0 +1,159 @@
+"""Rebuild one recorded request as a one-op graph on inputs of the recorded layout.
+
+Compiling that graph with the same mode and config makes Inductor issue the same
+request (same inputs_key, same candidates), so it can be tuned in isolation on
+any device of the same model. Each op gets a small builder; an op without one is
+reported as unsupported rather than guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from cache.records import InputLayout, TuningRequest
+
+
+class UnsupportedRequest(Exception):
+    """The request's op has no one-op reproduction yet."""
+
+
+@dataclass
+class OneOpGraph:
+    fn: Callable[..., torch.Tensor]  # what torch.compile compiles (a function or a module)
+    inputs: tuple[torch.Tensor, ...]
+    reference: Callable[[], torch.Tensor]  # the same op in float32 eager, on the same values
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnsupportedRequest(f"unknown dtype {name}")
+    return dtype
+
+
+def make_input(layout: InputLayout, device: str, generator: torch.Generator) -> torch.Tensor:
+    """A tensor with exactly the recorded sizes, strides, offset and dtype."""
+    dtype = _dtype(layout.dtype)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(layout.sizes, layout.strides) if size > 0)
+    numel = layout.offset + span
+    if dtype.is_floating_point:
+        storage = torch.randn(numel, generator=generator, dtype=torch.float32).to(dtype)
+    else:
+        storage = torch.randint(-8, 8, (numel,), generator=generator).to(dtype)
+    return storage.to(device).as_strided(layout.sizes, layout.strides, layout.offset)
+
+
+def _f32(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.float()
+
+
+def _fx_arg(request: TuningRequest, index: int, default: Any = None) -> Any:
+    args = request.params.get("fx", {}).get("args", [])
+    return args[index] if index < len(args) else default
+
+
+def _fx_kwarg(request: TuningRequest, name: str, default: Any) -> Any:
+    return request.params.get("fx", {}).get("kwargs", {}).get(name, default)
+
+
+def _bias(layout: InputLayout, device: str, gen: torch.Generator) -> torch.Tensor:
+    """Inductor expands a 1-D addmm bias to stride 0; giving it 1-D reproduces that."""
+    if len(layout.sizes) == 2 and layout.strides[0] == 0:
+        row = InputLayout((layout.sizes[1],), (layout.strides[1],), layout.offset, layout.dtype, layout.device)
+        return make_input(row, device, gen)
+    return make_input(layout, device, gen)
+
+
+def _matmul(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    op = request.op
+    tensors = [make_input(layout, device, gen) for layout in request.inputs]
+    if op in ("mm", "bmm"):
+        fn = torch.mm if op == "mm" else torch.bmm
+        a, b = tensors[:2]
+        return OneOpGraph(fn, (a, b), lambda: fn(a.float(), b.float()))
+    if op in ("addmm", "baddbmm"):
+        beta = _fx_kwarg(request, "beta", 1)
+        alpha = _fx_kwarg(request, "alpha", 1)
+        bias = _bias(request.inputs[0], device, gen) if op == "addmm" else tensors[0]
+        a, b = tensors[1:3]
+        fn_ = torch.addmm if op == "addmm" else torch.baddbmm
+
+        def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return fn_(bias, a, b, beta=beta, alpha=alpha)
+
+        return OneOpGraph(fn, (bias, a, b), lambda: fn(bias.float(), a.float(), b.float()))
+    raise UnsupportedRequest(f"op {op} has no one-op reproduction")
+
+
+def _convolution(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    kw = request.params.get("aten", {})
+    x = make_input(request.inputs[0], device, gen)
+    w = make_input(request.inputs[1], device, gen)
+    bias = make_input(request.inputs[2], device, gen) if len(request.inputs) > 2 else None
+    if bias is None and _fx_arg(request, 2) is not None:
+        # The lowering moved the bias out of the template's inputs; the graph still has one.
+        bias = torch.randn(w.shape[0], generator=gen).to(dtype=x.dtype, device=device)
+    stride, padding, dilation = kw.get("stride", [1]), kw.get("padding", [0]), kw.get("dilation", [1])
+    transposed = bool(kw.get("transposed", False))
+    output_padding, groups = kw.get("output_padding", [0]), int(kw.get("groups", 1))
+
+    def conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return torch.ops.aten.convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+
+    if bias is None:
+        return OneOpGraph(lambda x, w: conv(x, w, None), (x, w), lambda: conv(x.float(), w.float(), None))
+    return OneOpGraph(conv, (x, w, bias), lambda: conv(x.float(), w.float(), _f32(bias)))
+
+
+def _packed_linear(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    """CPU mkldnn linear under freezing: a frozen nn.Linear of the recorded shape."""
+    x_layout, weight_layout = request.inputs[0], request.inputs[-1]
+    out_features, in_features = weight_layout.sizes[:2]
+    # mkl._mkl_linear(x, packed_w, w, bias, batch) vs mkldnn._linear_pointwise(x, w, bias, ...)
+    bias_index = 3 if "_mkl_linear" in request.params.get("fx", {}).get("target", "") else 2
+    has_bias = _fx_arg(request, bias_index) is not None
+    dtype = _dtype(x_layout.dtype)
+    linear = torch.nn.Linear(in_features, out_features, bias=has_bias).to(device=device, dtype=dtype).eval()
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
+    x = make_input(x_layout, device, gen)
+    for param in linear.parameters():
+        param.requires_grad_(False)
+
+    def reference() -> torch.Tensor:
+        bias = None if linear.bias is None else linear.bias.float()
+        return torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
+
+    return OneOpGraph(linear, (x,), reference)
+
+
+BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]] = {
+    "mm": _matmul,
+    "bmm": _matmul,
+    "addmm": _matmul,
+    "baddbmm": _matmul,
+    "convolution": _convolution,
+    "packed_linear": _packed_linear,
+}
+
+
+def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGraph:
+    builder = BUILDERS.get(request.op)
+    if builder is None:
+        raise UnsupportedRequest(f"op {request.op} has no one-op reproduction")
+    generator = torch.Generator().manual_seed(seed)
+    return builder(request, device, generator)
+
+
+def tolerance(dtype: torch.dtype, precision: str) -> float:
+    """Max error relative to the reference's largest magnitude that still counts as right."""
+    if dtype == torch.bfloat16:
+        return 3e-2
+    if dtype == torch.float16:
+        return 1e-2
+    if precision in ("high", "medium"):  # TF32 / bf16 internal math
+        return 1e-2
+    return 1e-3

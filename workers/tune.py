@@ -1,0 +1,271 @@
+"""Tune one request in isolation, in this process, on this process's device.
+
+The recorded request is rebuilt as a one-op graph and compiled with the same
+mode and config in fresh Inductor state. Inductor itself builds and benchmarks
+the candidates (the same ones max-autotune would); the tune policy keeps every
+timing. The reproduced key and candidate set are compared with the recorded
+ones, and the winner's output is checked against ATen in float32. A winner with
+wrong numbers is recorded as such and the next best is tried.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.capture import CAPTURE_CONFIG, fresh_inductor
+from autotune.inductor import Benchmark, ObservedRequest, Timings, choice_hash, describe_choice, installed
+from cache.records import (
+    STATUS_FAILED,
+    STATUS_INVALID,
+    STATUS_MISMATCH,
+    STATUS_OK,
+    CandidateResult,
+    Environment,
+    Provenance,
+    TuningRequest,
+    TuningResult,
+)
+
+from .reproduce import UnsupportedRequest, one_op_graph, tolerance
+
+log = logging.getLogger(__name__)
+
+MAX_WINNER_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class TuneJob:
+    """Everything a worker needs to tune one request: plain data, shipped as JSON."""
+
+    request: TuningRequest
+    expected_env: Environment | None
+    mode: str = "max-autotune"
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    sweep_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request.to_json(),
+            "expected_env": self.expected_env.to_json() if self.expected_env else None,
+            "mode": self.mode,
+            "config_overrides": self.config_overrides,
+            "device": self.device,
+            "sweep_id": self.sweep_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuneJob:
+        env = data.get("expected_env")
+        return cls(
+            request=TuningRequest.from_json(data["request"]),
+            expected_env=Environment.from_json(env) if env else None,
+            mode=data.get("mode", "max-autotune"),
+            config_overrides=dict(data.get("config_overrides") or {}),
+            device=data.get("device", "cpu"),
+            sweep_id=data.get("sweep_id"),
+        )
+
+
+class _FailureLog(logging.Handler):
+    """Collects Inductor's warnings so a failed candidate can carry the reason."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:
+            pass
+
+
+def _failure_kind(message: str) -> str:
+    lowered = message.lower()
+    if "outofresources" in lowered or "out of resource" in lowered or "shared memory" in lowered:
+        return "out_of_resources"
+    if "timeout" in lowered or "timed out" in lowered:
+        return "timeout"
+    if "compil" in lowered:
+        return "compile_error"
+    return "benchmark_error"
+
+
+@dataclass
+class TunePolicy:
+    """Benchmark every candidate through Inductor and keep every timing."""
+
+    device: str
+    excluded: set[str] = field(default_factory=set)  # winners found to give wrong numbers
+    seen: dict[str, ObservedRequest] = field(default_factory=dict)
+    times: dict[str, dict[str, tuple[Any, float]]] = field(default_factory=dict)
+    env: Environment | None = None
+
+    def lookup(
+        self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
+    ) -> Timings:
+        from autotune.env import current_environment
+
+        if self.env is None:
+            self.env = current_environment(self.device)
+        key = request.to_request().key
+        self.seen[key] = request
+        if benchmark is None:
+            return {}  # the precompile check: let Inductor compile the candidates in parallel
+        timings = benchmark(choices)
+        bucket = self.times.setdefault(key, {})
+        for choice, ms in timings.items():
+            bucket[choice_hash(choice)] = (choice, float(ms))
+        return {c: (math.inf if choice_hash(c) in self.excluded else t) for c, t in timings.items()}
+
+
+def _candidates(policy: TunePolicy, key: str, failures: list[str]) -> list[CandidateResult]:
+    observed = policy.seen[key]
+    timed = policy.times.get(key, {})
+    out = []
+    for choice in observed.offered:
+        h = choice_hash(choice)
+        if h in policy.excluded:
+            ms = timed.get(h, (choice, None))[1]
+            out.append(describe_choice(choice, None, "wrong_numerics",
+                                       f"output differs from ATen (it ran in {ms} ms)"))
+            continue
+        ms = timed[h][1] if h in timed else None
+        message = None
+        if ms is None or not math.isfinite(ms):
+            name = str(getattr(choice, "name", ""))
+            message = next((m for m in failures if name and name in m), None) or (
+                failures[-1] if failures else ("failed to compile" if h not in timed else None)
+            )
+            kind = _failure_kind(message or "") if h in timed else "compile_error"
+            out.append(describe_choice(choice, None, kind, message))
+        else:
+            out.append(describe_choice(choice, ms))
+    return out
+
+
+def _check_numerics(graph: Any, output: Any, request: TuningRequest) -> dict[str, Any]:
+    import torch
+
+    reference = graph.reference()
+    out = output.float()
+    err = (out - reference.to(out.device)).abs().max().item() if out.numel() else 0.0
+    scale = max(reference.abs().max().item() if reference.numel() else 0.0, 1e-6)
+    dtype = getattr(torch, request.inputs[0].dtype.removeprefix("torch.")) if request.inputs else torch.float32
+    tol = tolerance(dtype, request.precision)
+    passed = bool(math.isfinite(err) and err <= tol * scale)
+    return {"passed": passed, "max_abs_err": err, "reference_max_abs": scale, "rtol": tol}
+
+
+def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
+    import torch
+
+    graph = one_op_graph(job.request, job.device)
+    with fresh_inductor({**job.config_overrides, **CAPTURE_CONFIG}), installed(policy):
+        compiled = torch.compile(graph.fn, mode=job.mode)
+        with torch.no_grad():
+            output = compiled(*graph.inputs)
+    if job.device == "cuda":
+        torch.cuda.synchronize()
+    return graph, output
+
+
+def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], status: str,
+            started: float, *, winner: str | None = None, validation: dict[str, Any] | None = None,
+            error: str | None = None, request: TuningRequest | None = None) -> TuningResult:
+    return TuningResult(
+        env=env,
+        request=request or job.request,
+        candidates=tuple(candidates),
+        winner_hash=winner,
+        status=status,
+        validation=validation,
+        error=error,
+        provenance=Provenance(
+            host=socket.gethostname(),
+            sweep_id=job.sweep_id,
+            tuning_seconds=time.perf_counter() - started,
+            source="sweep",
+        ),
+    )
+
+
+def _mismatch(job: TuneJob, policy: TunePolicy) -> str | None:
+    """Why the reproduced request differs from the recorded one, or None."""
+    recorded = job.request
+    key = recorded.key
+    if key not in policy.seen:
+        seen = ", ".join(f"{o.op} {o.inputs_key}" for o in policy.seen.values()) or "no request"
+        return f"reproduction made {seen}, not {recorded.op} {recorded.inputs_key}"
+    reproduced = policy.seen[key].to_request().choice_hashes
+    if recorded.choice_hashes and set(reproduced) != set(recorded.choice_hashes):
+        missing = len(set(recorded.choice_hashes) - set(reproduced))
+        extra = len(set(reproduced) - set(recorded.choice_hashes))
+        return f"candidate set differs: {missing} recorded candidates missing, {extra} new"
+    if job.expected_env is not None and policy.env is not None and policy.env.key != job.expected_env.key:
+        return (f"environment differs from capture: {policy.env.device_name} / config "
+                f"{policy.env.config_fingerprint} vs {job.expected_env.device_name} / "
+                f"{job.expected_env.config_fingerprint}")
+    return None
+
+
+def _match_threads(job: TuneJob) -> None:
+    """Use the capture's CPU thread count (Ray caps actors at num_cpus threads)."""
+    from autotune.env import cpu_threads
+
+    threads = cpu_threads(job.expected_env) if job.expected_env else None
+    if job.device == "cpu" and threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def tune_request(job: TuneJob) -> TuningResult:
+    """Tune ``job.request`` here; failures come back as a result, never raised."""
+    from autotune.env import current_environment
+
+    started = time.perf_counter()
+    _match_threads(job)
+    fallback_env = job.expected_env or current_environment(job.device)
+    failures = _FailureLog()
+    inductor_log = logging.getLogger("torch._inductor")
+    inductor_log.addHandler(failures)
+    policy = TunePolicy(device=job.device)
+    try:
+        for _attempt in range(MAX_WINNER_RETRIES + 1):
+            graph, output = _compile_and_run(job, policy)
+            problem = _mismatch(job, policy)
+            env = policy.env or fallback_env
+            if problem is not None:
+                return _result(job, env, [], STATUS_MISMATCH, started, error=problem)
+            key = job.request.key
+            candidates = _candidates(policy, key, failures.messages)
+            timed = [c for c in candidates if c.ok]
+            if not timed:
+                return _result(job, env, candidates, STATUS_FAILED, started, error="every candidate failed")
+            winner = min(timed, key=lambda c: c.time_ms or math.inf)
+            validation = _check_numerics(graph, output, job.request)
+            validation["winner"] = winner.name
+            if validation["passed"]:
+                return _result(job, env, candidates, STATUS_OK, started, winner=winner.choice_hash,
+                               validation=validation)
+            log.warning("winner %s of %s gave wrong numbers (%s); trying the next best",
+                        winner.name, job.request.op, validation)
+            policy.excluded.add(winner.choice_hash)
+            if winner.kind == "aten":
+                break  # ATen is the reference itself: the check, not the kernel, is off
+        return _result(job, env, candidates, STATUS_INVALID, started, validation=validation,
+                       error="no candidate passed the numerical check against ATen")
+    except UnsupportedRequest as exc:
+        return _result(job, fallback_env, [], STATUS_FAILED, started, error=str(exc))
+    except Exception as exc:  # a compile that dies is data about this request
+        log.exception("tuning %s failed", job.request.op)
+        return _result(job, fallback_env, [], STATUS_FAILED, started, error=f"{type(exc).__name__}: {exc}"[:2000])
+    finally:
+        inductor_log.removeHandler(failures)
