@@ -120,11 +120,12 @@ def capture_model(
     device: str = "cpu",
 ) -> CaptureResult:
     """Compile ``model`` once per batch size in dry-run mode and list its requests."""
-    overrides = {**model.config_overrides, **(inductor_config or {})}
     policy = CapturePolicy(device=device)
     start = time.perf_counter()
+    overrides: dict[str, Any] = {}
     for batch_size in batch_sizes:
-        module, inputs = model.build(batch_size)
+        module, inputs = model.build(batch_size)  # may itself set config: read overrides after
+        overrides = {**model.config_overrides, **(inductor_config or {})}
         log.info("capturing %s batch_size=%s mode=%s", model.path, batch_size, mode)
         with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy):
             _run_once(module, inputs, mode, train, device)

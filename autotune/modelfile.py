@@ -34,6 +34,7 @@ class ModelFile:
         """Call the entry and check what it returns."""
         import torch
 
+        before = _config_snapshot()
         try:
             result = self.factory(batch_size) if batch_size is not None else self.factory()
         except Exception as exc:
@@ -45,6 +46,7 @@ class ModelFile:
                 f"{self.path}: {self.entry}() must return (module, example_inputs_tuple), "
                 f"got {type(result).__name__}"
             )
+        self.config_overrides.update(_take_config_changes(before))
         module, inputs = result
         if not callable(module):
             raise ModelFileError(f"{self.path}: {self.entry}() returned a module that is not callable")
@@ -98,13 +100,23 @@ def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
         inspect.signature(factory)
     except (TypeError, ValueError):
         pass
-    after = _config_snapshot()
-    overrides = {
-        key: value
-        for key, value in after.items()
-        if before.get(key) != value and _jsonable_override(value)
-    }
+    overrides = _take_config_changes(before)
     return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides)
+
+
+def _take_config_changes(before: dict[str, Any]) -> dict[str, Any]:
+    """The Inductor config changed since ``before``, which is then restored.
+
+    Restoring keeps the driver's config clean, so loading a file twice records
+    the same overrides; capture and workers apply them explicitly.
+    """
+    from torch._inductor import config
+
+    after = _config_snapshot()
+    changed = {key: value for key, value in after.items() if before.get(key) != value}
+    for key in changed:
+        setattr(config, key, before[key])
+    return {key: value for key, value in changed.items() if _jsonable_override(value)}
 
 
 def parse_config_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:

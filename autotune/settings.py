@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, get_type_hints
+from typing import Any
 
 ENV_PREFIX = "AUTOTUNE_"
 
@@ -39,6 +39,8 @@ def _parse(name: str, raw: str, type_name: str) -> Any:
             return float(raw)
         if base.startswith("tuple"):
             return tuple(part.strip() for part in raw.split(",") if part.strip())
+    except SettingsError:
+        raise
     except ValueError as exc:
         raise SettingsError(f"{name}={raw!r} is not a valid {base}") from exc
     return raw
@@ -77,12 +79,11 @@ class Settings:
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults, then ``AUTOTUNE_*`` variables, then non-None ``overrides``."""
         environ = dict(os.environ if environ is None else environ)
-        hints = get_type_hints(cls)
         values: dict[str, Any] = {}
         for f in fields(cls):
             env_name = ENV_PREFIX + f.name.upper()
             if env_name in environ:
-                values[f.name] = _parse(env_name, environ[env_name], str(hints[f.name]))
+                values[f.name] = _parse(env_name, environ[env_name], str(f.type))
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:

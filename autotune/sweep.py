@@ -210,7 +210,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     started = time.perf_counter()
     device = _device(settings)
     sweep_id = uuid.uuid4().hex[:12]
-    store = Store(settings.cache, read_only=options.dry_run)
+    store = Store(settings.cache, read_only=settings.read_only)
     report = SweepReport(sweep_id=sweep_id, env=None, device=device, dry_run=options.dry_run)
 
     jobs: list[TuneJob] = []

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import IO, Any, TypeVar
 
 import sqlalchemy as sa
@@ -63,6 +64,32 @@ _LOOKUP_REQUEST = select(R).where(R.c.env_id == bindparam("env_id"), R.c.key == 
 _LOOKUP_CANDIDATES = (
     select(C).where(C.c.request_id == bindparam("request_id")).order_by(C.c.position)
 )
+_CANDIDATE_FIELDS = (
+    "choice_hash", "kind", "name", "description", "template_id",
+    "params", "time_ms", "failure_kind", "failure_message",
+)  # fmt: skip
+
+
+def _pg_lookup_statement() -> sa.Select[Any]:
+    """PostgreSQL: the request row and its candidates (as one JSON array) in one
+    statement, so a lookup is one round trip and sees one consistent snapshot.
+    (Not on SQLite: its JSON prints doubles with 15 digits, so times would not
+    round-trip exactly; there a lookup is two in-process queries instead.)"""
+    cand = C.alias("c")
+    obj = func.json_build_object(
+        *(arg for name in _CANDIDATE_FIELDS for arg in (sa.literal_column(f"'{name}'"), cand.c[name]))
+    )
+    cands = (
+        select(func.json_agg(postgresql.aggregate_order_by(obj, cand.c.position), type_=sa.JSON))
+        .where(cand.c.request_id == R.c.id)
+        .scalar_subquery()
+    )
+    return select(R, cands.label("candidates_json")).where(
+        R.c.env_id == bindparam("env_id"), R.c.key == bindparam("key")
+    )
+
+
+_PG_LOOKUP = _pg_lookup_statement()
 _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 
 
@@ -360,12 +387,13 @@ class Store:
 
     # -------------------------------------------------------------- env ids
 
-    def _env_id(self, conn: Connection, env: Environment) -> int | None:
-        env_id = self._env_ids.get(env.key)
+    def _env_id(self, conn: Connection, env: Environment, env_key: str | None = None) -> int | None:
+        env_key = env_key or env.key  # a sha256 per call: callers on the hot path pass it in
+        env_id = self._env_ids.get(env_key)
         if env_id is None:
-            env_id = conn.execute(_ENV_ID, {"key": env.key}).scalar_one_or_none()
+            env_id = conn.execute(_ENV_ID, {"key": env_key}).scalar_one_or_none()
             if env_id is not None:
-                self._env_ids[env.key] = env_id
+                self._env_ids[env_key] = env_id
         return env_id
 
     def _env_id_for_write(self, conn: Connection, env: Environment) -> int:
@@ -535,23 +563,24 @@ class Store:
         return self._read(lambda conn: self._lookup(conn, env, request_key))
 
     def _lookup(self, conn: Connection, env: Environment, key: str) -> TuningResult | None:
-        cached = env.key in self._env_ids
-        env_id = self._env_id(conn, env)
+        env_key = env.key
+        cached = env_key in self._env_ids
+        env_id = self._env_id(conn, env, env_key)
         if env_id is None:
             return None
-        for _ in range(2):
-            row = conn.execute(_LOOKUP_REQUEST, {"env_id": env_id, "key": key}).one_or_none()
-            if row is None:
-                if cached:
-                    # The env may have been pruned and re-created under a new id.
-                    self._env_ids.pop(env.key, None)
-                return None
-            cands = conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
-            result = _result_from_rows(env, row, cands)
-            # PostgreSQL reads are two autocommit statements: a re-tune committing
-            # between them can pair an old row with new candidates; read again.
-            if result.winner_hash is None or result.winner is not None:
-                return result
+        params = {"env_id": env_id, "key": key}
+        if self.dialect == "postgresql":
+            row = conn.execute(_PG_LOOKUP, params).one_or_none()
+            cands: list[Any] = [] if row is None else [SimpleNamespace(**c) for c in row.candidates_json or ()]
+        else:  # SQLite reads run in one transaction: both queries see one snapshot
+            row = conn.execute(_LOOKUP_REQUEST, params).one_or_none()
+            cands = [] if row is None else conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
+        if row is None:
+            if cached:
+                # The env may have been pruned and re-created under a new id.
+                self._env_ids.pop(env_key, None)
+            return None
+        return _result_from_rows(env, row, cands)
         return result
 
     @_db_errors

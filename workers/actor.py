@@ -17,15 +17,16 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# Fault injection for tests of the failure path: "crash:OP" makes the process
-# die (os._exit) on a request for OP, "hang:OP" makes it sleep past any timeout.
+# Fault injection for tests of the failure path: "crash:KEY" makes the process
+# die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
+# sleep past any timeout. Set in the driver's environment; the pool passes it on.
 FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
 
 
-def _inject_fault(op: str) -> None:
+def _inject_fault(request_key: str) -> None:
     spec = os.environ.get(FAULT_ENV, "")
     kind, _, target = spec.partition(":")
-    if not spec or target != op:
+    if not spec or not target or not request_key.startswith(target):
         return
     if kind == "crash":
         os._exit(17)
@@ -58,7 +59,7 @@ class TuningWorker:
         from .tune import TuneJob, tune_request
 
         job = TuneJob.from_json(job_json)
-        _inject_fault(job.request.op)
+        _inject_fault(job.request.key)
         result = tune_request(job)
         if self.store is not None:
             self.store.put_result(result)

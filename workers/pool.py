@@ -33,7 +33,6 @@ def start_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    env_vars = {FAULT_ENV: os.environ[FAULT_ENV]} if FAULT_ENV in os.environ else {}
     try:
         ray.init(
             address=address,
@@ -41,7 +40,6 @@ def start_ray(address: str | None) -> None:
             log_to_driver=False,
             logging_level=logging.WARNING,
             configure_logging=True,
-            runtime_env={"env_vars": env_vars} if env_vars else None,
             ignore_reinit_error=True,
         )
     except Exception as exc:
@@ -91,6 +89,8 @@ class TuningPool:
             actors = min(actors, available)
         options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0}
         options.update({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1})
+        if FAULT_ENV in os.environ:
+            options["runtime_env"] = {"env_vars": {FAULT_ENV: os.environ[FAULT_ENV]}}
         cls = ray.remote(TuningWorker).options(**options)
         self.device = device
         self.timeout = timeout

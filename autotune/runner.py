@@ -1,0 +1,32 @@
+"""``autotune run SCRIPT.py ARGS``: run a script as ``python SCRIPT.py ARGS`` with the hook on."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from .hook import HookStats, warm_start
+from .settings import Settings
+
+
+def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, HookStats]:
+    """Run ``script`` in this process under warm_start; return (exit code, hook stats)."""
+    path = Path(script)
+    handle = warm_start(settings.cache, on_miss=settings.on_miss, write_back=settings.write_back,
+                        read_only=settings.read_only, settings=settings)
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path.resolve().parent))  # as `python SCRIPT.py` would
+    code = 0
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        stats = handle.stats
+        handle.uninstall()
+    return code, stats

@@ -1,0 +1,80 @@
+"""A training-job stand-in for hook tests, run in a fresh process with a fresh Inductor cache.
+
+usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
+       [--entry NAME] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
+
+It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
+what happened as JSON: hook stats, Inductor's benchmark count, the chosen
+choice's hash per request, and where the output tensor was saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="hook-job-")
+
+import torch  # noqa: E402
+from torch._inductor import select_algorithm  # noqa: E402
+
+import autotune  # noqa: E402
+from autotune.inductor import benchmark_count  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "models"))
+import tiny_mlp  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--cache")
+    parser.add_argument("--on-miss", default="tune")
+    parser.add_argument("--no-hook", action="store_true")
+    parser.add_argument("--entry", default="example")
+    parser.add_argument("--config", action="append", default=[])
+    parser.add_argument("--pause-file")
+    parser.add_argument("--resume-file")
+    args = parser.parse_args()
+    for pair in args.config:
+        key, _, value = pair.partition("=")
+        setattr(torch._inductor.config, key, json.loads(value))
+
+    handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)
+    chosen: dict[str, str] = {}
+
+    def remember(timings, name, input_nodes, choices, *_rest) -> None:  # type: ignore[no-untyped-def]
+        key = f"{name}|{select_algorithm.create_inputs_key(input_nodes)}"
+        chosen[key] = min(timings, key=timings.__getitem__).hash_key()
+
+    select_algorithm.add_feedback_saver(remember)
+    outputs = []
+    entries = [args.entry] + (["repeated"] if args.pause_file else [])
+    for index, entry in enumerate(entries):
+        if index and args.pause_file:  # let the test stop the database between the two compiles
+            Path(args.pause_file).write_text("paused")
+            deadline = time.time() + 60
+            while not Path(args.resume_file).exists() and time.time() < deadline:
+                time.sleep(0.1)
+        model, inputs = getattr(tiny_mlp, entry)()
+        with torch.no_grad():
+            outputs.append(torch.compile(model, mode="max-autotune")(*inputs))
+    tensor_path = args.out + ".pt"
+    torch.save(outputs[0], tensor_path)
+    result = {
+        "stats": handle.stats.as_dict() if handle else None,
+        "benchmarks": benchmark_count(),
+        "chosen": chosen,
+        "output": tensor_path,
+    }
+    Path(args.out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

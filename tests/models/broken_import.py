@@ -1,0 +1,2 @@
+import torch
+raise RuntimeError("this model file is broken on purpose")

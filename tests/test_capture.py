@@ -1,0 +1,57 @@
+"""Capture on CPU: a real dry-run Inductor compile (freezing on) lists every request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.capture import capture_file
+from autotune.inductor import benchmark_count
+from autotune.modelfile import ModelFileError, load_model_file, parse_config_overrides
+
+MODELS = Path(__file__).parent / "models"
+TINY = str(MODELS / "tiny_mlp.py")
+
+
+def test_capture_lists_each_linear_once_and_benchmarks_nothing() -> None:
+    before = benchmark_count()
+    result = capture_file(TINY)
+    assert benchmark_count() == before  # dry run: nothing compiled or timed
+    assert [r.op for r in result.requests] == ["packed_linear", "packed_linear"]
+    assert result.env is not None and result.env.device_kind == "cpu"
+    assert result.config_overrides.get("freezing") is True  # set by the model file at import
+    for request in result.requests:
+        assert len(request.choice_hashes) == 2  # MKL (ATen) and a C++ GEMM template
+        assert request.inputs[0].sizes == (8, request.inputs[-1].sizes[1])
+
+
+def test_capture_merges_identical_requests() -> None:
+    result = capture_file(TINY, entry="repeated")
+    assert result.total_lookups == 3
+    assert len(result.requests) == 1
+
+
+def test_capture_each_batch_size() -> None:
+    result = capture_file(TINY, batch_sizes=(1, 8))
+    batches = sorted({r.inputs[0].sizes[0] for r in result.requests})
+    assert len(result.requests) == 4 and batches == [1, 8]
+
+
+@pytest.mark.parametrize(
+    ("model", "entry", "needle"),
+    [("missing.py", "example", "no such file"), ("broken_import.py", "example", "failed to import"),
+     ("no_entry.py", "example", "defines no function example()"),
+     ("wrong_return.py", "example", "must return (module, example_inputs_tuple)")],
+)
+def test_model_file_contract_errors_are_one_line(model: str, entry: str, needle: str) -> None:
+    with pytest.raises(ModelFileError) as error:
+        load_model_file(MODELS / model, entry).build(None)
+    assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def test_inductor_config_overrides_are_typed_and_checked() -> None:
+    assert parse_config_overrides(["freezing=1", "max_autotune_gemm_backends=ATEN"]) == {
+        "freezing": True, "max_autotune_gemm_backends": "ATEN"}
+    with pytest.raises(ModelFileError, match="not an option"):
+        parse_config_overrides(["no_such_option=1"])

@@ -1,0 +1,177 @@
+"""`autotune cache ...` through click's CliRunner, against real databases."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from factories import make_env, make_request, make_result
+
+from cache import Store
+from cli import cache as cache_group
+from cli import main
+
+
+@pytest.fixture
+def populated(store_url: str) -> str:
+    with Store(store_url) as store:
+        store.put_results(
+            [
+                make_result(m=1024, n=1024, k=4096),
+                make_result(op="convolution", m=56, n=64, times=[1.0, None, 0.5, 0.9]),
+                make_result(op="bmm", status="failed", times=[None] * 4),
+                make_result(env=make_env(device_name="NVIDIA A100-SXM4-80GB"), op="addmm", m=512),
+            ]
+        )
+        store.record_miss(make_env(), make_request(m=3, n=5, k=7), host="train-0")
+    return store_url
+
+
+def cli(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def _ids(url: str) -> dict[str, int]:
+    with Store(url) as store:
+        return {r.request.op: i for i, r in store.list_results()}
+
+
+def test_version_and_every_help_has_an_example() -> None:
+    assert cli("--version").output.startswith("autotune, version ")
+    for command in [None, *cache_group.commands]:
+        args = ["cache", command, "--help"] if command else ["cache", "--help"]
+        result = cli(*args)
+        assert result.exit_code == 0 and "Example:" in result.output, args
+
+
+def test_stats(populated: str) -> None:
+    result = cli("cache", "--cache", populated, "stats")
+    assert result.exit_code == 0
+    assert "requests" in result.stdout and "schema revision" in result.stdout
+    data = json.loads(cli("cache", "--cache", populated, "stats", "--json").stdout)
+    assert data["requests"] == 4 and data["candidates"] == 16 and data["misses"] == 1
+    assert data["requests_by_status"] == {"failed": 1, "ok": 3}
+
+
+def test_ls_one_readable_line_per_request(populated: str) -> None:
+    result = cli("cache", "ls", "--cache", populated)  # --cache after the command works too
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + 4  # header + rows
+    mm = next(line for line in lines if "mm 1024x4096 @ 4096x1024 bf16" in line)
+    assert "NVIDIA H100" in mm and "triton_mm" in mm and "0.7000 ms" in mm and "1.43x" in mm and mm.endswith("ok")
+    assert any("conv 16x64x56x56 * 64x64x3x3 bf16" in line and "2.00x" in line for line in lines)
+    assert any("addmm 512x4096 @ 4096x1024 + 1024 bf16" in line and "A100" in line for line in lines)
+    assert any(line.startswith(" ") and line.endswith("failed") for line in lines)
+
+    only = cli("cache", "--cache", populated, "ls", "--op", "addmm").stdout.splitlines()
+    assert len(only) == 2 and "addmm" in only[1]
+    assert len(cli("cache", "--cache", populated, "ls", "--device", "a100").stdout.splitlines()) == 2
+    assert len(cli("cache", "--cache", populated, "ls", "--limit", "2").stdout.splitlines()) == 3
+    rows = json.loads(cli("cache", "--cache", populated, "ls", "--json").stdout)
+    assert {r["op"] for r in rows} == {"mm", "convolution", "bmm", "addmm"}
+    assert next(r for r in rows if r["op"] == "mm")["speedup_over_aten"] == pytest.approx(1 / 0.7)
+
+
+def test_ls_misses(populated: str) -> None:
+    result = cli("cache", "--cache", populated, "ls", "--misses")
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 0 and len(lines) == 2
+    assert "mm 3x7 @ 7x5 bf16" in lines[1] and "train-0" in lines[1]
+    assert json.loads(cli("cache", "--cache", populated, "ls", "--misses", "--json").stdout)[0]["count"] == 1
+
+
+def test_show_sorts_candidates_and_marks_the_winner(populated: str) -> None:
+    conv = _ids(populated)["convolution"]
+    result = cli("cache", "--cache", populated, "show", str(conv))
+    assert result.exit_code == 0
+    out = result.stdout
+    assert "conv 16x64x56x56 * 64x64x3x3 bf16" in out and "inputs_key" in out and "NVIDIA H100" in out
+    candidate_lines = [line for line in out.splitlines() if " ms " in line or "FAILED" in line]
+    assert [line.split()[0] for line in candidate_lines[:1]] == ["*"]  # the winner first, marked
+    assert "0.5000 ms" in candidate_lines[0]
+    assert "0.9000 ms" in candidate_lines[1] and "1.0000 ms" in candidate_lines[2]
+    assert "FAILED" in candidate_lines[3] and "compile_error" in candidate_lines[3]
+    assert "out of registers" in out
+    as_json = json.loads(cli("cache", "--cache", populated, "show", str(conv), "--json").stdout)
+    assert as_json["id"] == conv and len(as_json["candidates"]) == 4
+
+    missing = cli("cache", "--cache", populated, "show", "9999")
+    assert missing.exit_code == 1 and missing.stderr.startswith("Error: no cached request with id 9999")
+
+
+def test_prune(populated: str) -> None:
+    dry = cli("cache", "--cache", populated, "prune", "--device", "a100", "--dry-run")
+    assert dry.exit_code == 0 and "Would remove 1 cached requests" in dry.stdout
+    assert len(_ids(populated)) == 4
+    done = cli("cache", "--cache", populated, "prune", "--device", "a100", "--older-than", "0s")
+    assert done.exit_code == 0 and "Removed 1 cached requests" in done.stdout
+    assert "addmm" not in _ids(populated)
+    assert "Removed 0" in cli("cache", "--cache", populated, "prune", "--older-than", "2w").stdout
+
+    bad = cli("cache", "--cache", populated, "prune", "--older-than", "30x")
+    assert bad.exit_code == 2 and "not a duration" in bad.stderr
+    nothing = cli("cache", "--cache", populated, "prune")
+    assert nothing.exit_code == 2 and "at least one of" in nothing.stderr
+
+
+def test_export_import_round_trip_via_files_and_stdio(populated: str, tmp_path: Path) -> None:
+    path = tmp_path / "cache.jsonl"
+    exported = cli("cache", "--cache", populated, "export", str(path))
+    assert exported.exit_code == 0 and "Exported 4 results" in exported.stderr
+    to_stdout = cli("cache", "--cache", populated, "export", "-")
+    assert to_stdout.stdout == path.read_text()
+
+    target = str(tmp_path / "copy.db")
+    imported = cli("cache", "--cache", target, "import", str(path))
+    assert imported.exit_code == 0 and "Imported 4 results (0 unchanged)" in imported.stdout
+    again = cli("cache", "--cache", target, "import", "-", input=to_stdout.stdout)
+    assert again.exit_code == 0 and "Imported 0 results (4 unchanged)" in again.stdout
+    assert cli("cache", "--cache", target, "export", "-").stdout == path.read_text()
+
+
+def test_bad_import_line_names_it_and_imports_nothing(tmp_path: Path, sqlite_url: str) -> None:
+    good = json.dumps(make_result().to_json())
+    bad = json.loads(good)
+    bad["candidates"][0]["failure_kind"] = "melted"
+    Store(sqlite_url).upgrade()
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(['{"format": "autotune-cache", "version": 1}', good, json.dumps(bad)]) + "\n")
+    result = cli("cache", "--cache", sqlite_url, "import", str(path))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {path}: line 3: candidates[0].failure_kind 'melted'")
+    assert "nothing was imported" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert json.loads(cli("cache", "--cache", sqlite_url, "stats", "--json").stdout)["requests"] == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://postgres@127.0.0.1:1/x",  # nothing listens there
+        "postgresql://postgres@127.0.0.1:port/x",  # malformed
+        "oracle://scott@db/x",  # unsupported
+    ],
+)
+@pytest.mark.parametrize("command", [["stats"], ["ls"], ["import", "-"], ["upgrade"]])
+def test_unusable_database_is_one_line_and_fast(url: str, command: list[str]) -> None:
+    start = time.monotonic()
+    result = cli("cache", "--cache", url, *command, input="")
+    assert time.monotonic() - start < 5
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("Error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_env_var_and_missing_database(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "env.db"
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(path))
+    missing = cli("cache", "stats")
+    assert missing.exit_code == 1 and "no cache database at" in missing.stderr and not path.exists()
+    created = cli("cache", "upgrade")
+    assert created.exit_code == 0 and "upgraded from empty to 0001" in created.stdout
+    assert "already at revision 0001" in cli("cache", "upgrade").stdout
+    assert json.loads(cli("cache", "stats", "--json").stdout)["url"] == f"sqlite:///{path}"

@@ -1,0 +1,75 @@
+"""A full CPU sweep through a local Ray into SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.settings import Settings
+from autotune.sweep import SweepOptions, run_sweep
+from cache import Store
+from workers.actor import FAULT_ENV
+
+TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _sweep(url: str, **options: object) -> object:
+    return run_sweep(SweepOptions(TINY, **options), Settings.from_env(cache=url, device="cpu"))  # type: ignore[arg-type]
+
+
+def test_sweep_stores_every_request_then_skips_them(store_url: str) -> None:
+    report = _sweep(store_url)
+    assert (report.found, report.tuned, report.failed, report.cached) == (2, 2, 0, 0), _debug(report)
+    with Store(store_url) as store:
+        rows = store.list_results()
+        assert len(rows) == 2
+        for _row_id, result in rows:
+            assert result.status == "ok"
+            assert result.request.op == "packed_linear"
+            assert {c.kind for c in result.candidates} == {"aten", "cpp"}
+            assert all(c.time_ms and c.time_ms > 0 for c in result.candidates)
+            assert result.winner is not None and result.validation["passed"] is True
+            assert result.provenance.sweep_id == report.sweep_id
+            assert set(result.request.choice_hashes) == {c.choice_hash for c in result.candidates}
+        first_sweep = {r.request.key: r.provenance.created_at for _, r in rows}
+
+    again = _sweep(store_url)
+    assert (again.found, again.cached, again.tuned) == (2, 2, 0)  # nothing retuned
+    with Store(store_url) as store:
+        assert {r.request.key: r.provenance.created_at for _, r in store.list_results()} == first_sweep
+
+
+def test_dry_run_plans_without_tuning_or_writing(sqlite_url: str) -> None:
+    report = _sweep(sqlite_url, dry_run=True)
+    assert report.found == 2 and report.count("planned") == 2 and report.tuned == 0
+    with Store(sqlite_url) as store:
+        assert store.list_results() == []
+
+
+def test_a_worker_that_dies_is_recorded_and_the_rest_finish(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned = _sweep(sqlite_url, dry_run=True).outcomes
+    doomed = planned[0].request.key
+    monkeypatch.setenv(FAULT_ENV, f"crash:{doomed[:16]}")
+    report = _sweep(sqlite_url)
+    by_key = {o.request.key: o for o in report.outcomes}
+    assert by_key[doomed].status == "failed" and "crash" in (by_key[doomed].result.error or "")
+    assert [o.status for k, o in by_key.items() if k != doomed] == ["ok"]
+    with Store(sqlite_url) as store:
+        assert store.cached_request_keys(report.env) == {k for k in by_key if k != doomed}
+
+
+def _debug(report) -> str:  # type: ignore[no-untyped-def]
+    return "; ".join(f"{o.status}: {o.result.error if o.result else ''}" for o in report.outcomes)
