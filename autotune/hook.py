@@ -17,7 +17,6 @@ import logging
 import math
 import socket
 import threading
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -93,7 +92,6 @@ class ServePolicy:
             reason = "timed out" if isinstance(exc, concurrent.futures.TimeoutError) else f"{type(exc).__name__}: {exc}"
             message = f"autotune: kernel cache unavailable ({reason}); compiling as plain max-autotune"
             log.warning(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
 
     # --- the lookup ----------------------------------------------------------------
     def lookup(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -812,7 +813,7 @@ def _install_sqlite_hooks(engine: Engine, *, wal: bool) -> None:
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             cursor.execute("PRAGMA foreign_keys=ON")
             if wal:  # WAL lets readers run while one process writes (persistent setting)
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _ensure_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
         finally:
             cursor.close()
@@ -821,6 +822,23 @@ def _install_sqlite_hooks(engine: Engine, *, wal: bool) -> None:
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(_WRITE_OPT, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _ensure_wal(cursor: Any) -> None:
+    """Switch the file to WAL once; retry by hand, because SQLite may answer a
+    concurrent journal-mode change with "database is locked" at once, without
+    waiting busy_timeout (seen when several processes create the cache together)."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            transient = "locked" in str(error) or "busy" in str(error)
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -1,0 +1,174 @@
+"""The warm-start hook, each job in a fresh process with a fresh Inductor cache dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune.settings import Settings
+from autotune.sweep import SweepOptions, run_sweep
+from cache import Store
+
+TESTS = Path(__file__).parent
+TINY = str(TESTS / "models" / "tiny_mlp.py")
+
+
+def job(tmp_path: Path, *args: str, name: str = "job", check: bool = True) -> dict[str, Any]:
+    """Run tests/hook_job.py in a fresh process; return its JSON report (plus stderr)."""
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(TESTS / "hook_job.py"), str(out), *args],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text()) if out.exists() else {}
+    return {**report, "stderr": proc.stderr + proc.stdout, "returncode": proc.returncode}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A SQLite cache holding a sweep of the tiny model."""
+    import ray
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('swept') / 'cache.db'}"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        report = run_sweep(SweepOptions(TINY), Settings.from_env(cache=url, device="cpu"))
+    finally:
+        ray.shutdown()
+    assert report.tuned == 2, [o.result.error for o in report.outcomes if o.result]
+    yield url
+
+
+def _winners(url: str) -> dict[str, str]:
+    with Store(url) as store:
+        return {f"{r.request.op}|{r.request.inputs_key}": r.winner_hash or "" for _, r in store.list_results()}
+
+
+def test_warm_start_serves_every_request_without_benchmarking(swept: str, tmp_path: Path) -> None:
+    warm = job(tmp_path, "--cache", swept, name="warm")
+    cold = job(tmp_path, "--no-hook", name="cold")
+    assert "AUTOTUNE" not in warm["stderr"]  # Inductor prints an AUTOTUNE block per benchmark
+    assert warm["benchmarks"] == 0
+    assert warm["stats"] == {"hits": 2, "misses": 0, "written": 0, "errors": 0}
+    stored = _winners(swept)
+    assert warm["chosen"] == stored  # Inductor picked the stored winner for every request
+    # A cold max-autotune compile times the same candidates itself; where the stored
+    # winner led clearly, it must pick the same one (close races may go either way).
+    with Store(swept) as store:
+        clear = {f"{r.request.op}|{r.request.inputs_key}" for _, r in store.list_results()
+                 if sorted(c.time_ms for c in r.candidates)[1] > 1.5 * r.winner.time_ms}
+    assert cold["benchmarks"] == 2
+    assert {k: cold["chosen"][k] for k in clear} == {k: stored[k] for k in clear}
+    torch.testing.assert_close(torch.load(warm["output"]), torch.load(cold["output"]), rtol=1e-4, atol=1e-4)
+
+
+def test_on_miss_aten_takes_aten_without_benchmarking_and_logs_misses(sqlite_url: str, tmp_path: Path) -> None:
+    report = job(tmp_path, "--cache", sqlite_url, "--on-miss", "aten")
+    assert report["benchmarks"] == 0
+    assert report["stats"]["misses"] == 2 and report["stats"]["hits"] == 0
+    assert all(h.startswith("_mkl_linear") for h in report["chosen"].values())
+    with Store(sqlite_url) as store:
+        misses = store.misses()
+    assert sorted(m.request.op for m in misses) == ["packed_linear", "packed_linear"]
+    assert all(m.request.inputs and m.request.choice_hashes for m in misses)  # enough to reproduce
+
+
+def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> None:
+    report = job(tmp_path, "--cache", sqlite_url, "--on-miss", "error", check=False)
+    assert report["returncode"] != 0
+    assert "the cache has no result for packed_linear(8x32" in report["stderr"]
+
+
+def test_tune_writes_back_and_another_process_hits(sqlite_url: str, tmp_path: Path) -> None:
+    first = job(tmp_path, "--cache", sqlite_url, name="first")
+    assert first["benchmarks"] == 2 and first["stats"]["written"] == 2 and first["stats"]["misses"] == 2
+    second = job(tmp_path, "--cache", sqlite_url, name="second")
+    assert second["benchmarks"] == 0
+    assert second["stats"] == {"hits": 2, "misses": 0, "written": 0, "errors": 0}
+    assert second["chosen"] == first["chosen"]
+
+
+def test_environment_mismatch_is_a_miss(swept: str, tmp_path: Path) -> None:
+    # epilogue_fusion is part of the config fingerprint: a job with it off is another environment.
+    report = job(tmp_path, "--cache", swept, "--on-miss", "aten", "--config", "epilogue_fusion=false")
+    assert report["stats"]["hits"] == 0 and report["stats"]["misses"] == 2
+
+
+class _Proxy:
+    """A TCP forwarder to PostgreSQL that the test can cut, like a server going down."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        # shutdown() wakes the thread blocked in accept(); close() alone would not.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for sock in self.sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+def test_database_stopped_mid_job_warns_and_compiles(postgres_url: str, tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    url = sa.make_url(postgres_url.split("?")[0])
+    proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
+    proxied = postgres_url.replace(f"{url.host}:{url.port or 5432}", f"127.0.0.1:{proxy.port}")
+    Store(postgres_url).close()  # create the schema while the server is up
+    pause, resume = tmp_path / "paused", tmp_path / "resume"
+    out = tmp_path / "mid.json"
+    proc = subprocess.Popen([sys.executable, str(TESTS / "hook_job.py"), str(out), "--cache", proxied,
+                             "--on-miss", "aten", "--pause-file", str(pause), "--resume-file", str(resume)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not pause.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proxy.stop()  # the database goes away between the job's two compiles
+    resume.write_text("go")
+    _, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["stats"]["errors"] >= 1, (report, stderr[-3000:])
+    assert stderr.count("kernel cache unavailable") == 1  # warned once, then plain max-autotune
+    assert report["stats"]["misses"] == 3  # two before the cut, one after (served by ATen)
