@@ -11,13 +11,20 @@ import json
 import re
 from datetime import timedelta
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
+from autotune.modelfile import ModelFileError
+from autotune.plan import shape_summary
+from autotune.settings import Settings, SettingsError
 from cache import CacheError, ImportValidationError, MissRecord, Store, TuningRequest, TuningResult
+from workers.errors import WorkerError
+
+if TYPE_CHECKING:
+    from autotune.sweep import Outcome, SweepReport
 
 _DTYPES = {
     "bfloat16": "bf16",
@@ -454,3 +461,169 @@ def upgrade(ctx: click.Context) -> None:
 
 
 # --- sweep / run commands are added below by the coordinator ---
+
+
+# ------------------------------------------------------------------ sweep / run
+
+
+def _settings(**flags: Any) -> Settings:
+    try:
+        return Settings.from_env(**flags)
+    except SettingsError as error:
+        raise click.UsageError(str(error)) from None
+
+
+def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
+    if not value:
+        return (None,)
+    try:
+        sizes = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 1,8,32") from None
+    if not sizes or any(size < 1 for size in sizes):
+        raise click.BadParameter(f"{value!r}: batch sizes must be positive integers")
+    return sizes
+
+
+class _RichProgress:
+    """Sweep progress on stderr: a bar with ETA, one line per finished request."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                            transient=True)
+        self.task: Any = None
+
+    def stage(self, message: str) -> None:
+        self.console.print(f"[dim]{escape(message)}[/dim]")
+
+    def start(self, total: int, description: str) -> None:
+        self.bar.start()
+        self.task = self.bar.add_task(description, total=total)
+
+    def advance(self, outcome: Outcome) -> None:
+        mark = "[green]ok[/green]" if outcome.status == "ok" else f"[red]{outcome.status}[/red]"
+        self.bar.console.print(f"  {mark} {escape(shape_summary(outcome.request))}")
+        self.bar.advance(self.task)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
+def _winner_config(outcome: Outcome) -> str:
+    winner = outcome.result.winner if outcome.result else None
+    if winner is None:
+        return "" if outcome.result is None else escape((outcome.result.error or "")[:60])
+    keys = ("tile_shape", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+    shown = ", ".join(f"{k}={winner.params[k]}" for k in keys if k in winner.params)
+    return escape(f"{winner.name} {shown}".strip())
+
+
+def _print_sweep(report: SweepReport, console: Console) -> None:
+    from rich.table import Table
+
+    device = report.env.device_name if report.env else report.device
+    table = Table(title=escape(f"sweep {report.sweep_id} on {device}"))
+    for column in ("request", "winner", "time", "vs ATen", "status"):
+        table.add_column(column, justify="right" if column in ("time", "vs ATen") else "left")
+    for outcome in report.outcomes:
+        result = outcome.result
+        winner = result.winner if result else None
+        table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
+                      _fmt_ms(winner.time_ms if winner else None),
+                      _fmt_speedup(result.speedup_over_aten if result else None), outcome.status)
+    console.print(table)
+    verb = "planned" if report.dry_run else "tuned"
+    planned = report.count("planned")
+    console.print(
+        f"requests: {report.found} found, {report.cached} cached, "
+        f"{planned if report.dry_run else report.tuned} {verb}, {report.failed} failed "
+        f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
+    )
+
+
+@main.command()
+@click.argument("model", required=False, type=click.Path(dir_okay=False))
+@click.option("--entry", default="example", show_default=True, help="Function in MODEL that returns (module, inputs).")
+@click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
+@click.option("--mode", help="torch.compile mode to capture and tune with [default: max-autotune].")
+@click.option("--inductor-config", multiple=True, metavar="KEY=VALUE", help="Inductor config override (repeatable).")
+@click.option("--batch-sizes", metavar="N,N,...", help="Capture each of these batch sizes.")
+@click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass).")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Target device [default: cuda if present].")
+@click.option("--address", help="Join this Ray cluster instead of starting Ray locally.")
+@click.option("--workers", type=click.IntRange(min=1), help="CPU actors [default: 1].")
+@click.option("--gpus", type=click.IntRange(min=1), help="Use at most N GPUs [default: all].")
+@click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
+@click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
+@click.option("--misses", is_flag=True, help="Also tune every miss the hook logged for this machine.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
+          batch_sizes: str | None, train: bool, device: str | None, address: str | None, workers: int | None,
+          gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
+          as_json: bool) -> None:
+    """Capture every GEMM/conv autotune request of MODEL and tune the uncached ones on Ray.
+
+    Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input.
+
+    \b
+    Example:
+        autotune sweep examples/mlp.py
+        autotune sweep examples/resnet.py --cache postgresql://tuner@db/kernels
+        autotune sweep model.py --batch-sizes 1,8,32 --dry-run --json
+        autotune sweep --misses
+    """
+    from autotune.sweep import SweepOptions, run_sweep
+
+    if model is None and not misses:
+        raise click.UsageError("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
+    settings = _settings(cache=cache_url, mode=mode, device=device, address=address, workers=workers,
+                         gpus=gpus, request_timeout=request_timeout)
+    options = SweepOptions(model, entry=entry, batch_sizes=_batch_sizes(batch_sizes),
+                           inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
+                           misses=misses)
+    progress = _RichProgress(_err())
+    try:
+        report = run_sweep(options, settings, progress)
+    except (ModelFileError, WorkerError) as error:
+        _err().print(f"Error: {escape(str(error))}")
+        raise SystemExit(2) from None
+    finally:
+        progress.stop()
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_sweep(report, _out())
+    raise SystemExit(1 if report.failed else 0)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
+@click.option("--on-miss", type=click.Choice(["tune", "aten", "error"]), help="On a miss [default: tune].")
+@click.option("--write-back/--no-write-back", default=None, help="Store the results of misses [default: on].")
+@click.option("--read-only", is_flag=True, default=None, help="Never write to the cache.")
+def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str | None,
+        write_back: bool | None, read_only: bool | None) -> None:
+    """Run SCRIPT like `python SCRIPT ARGS` with the warm-start hook installed.
+
+    Options come from flags or AUTOTUNE_* variables. One line of hook stats goes to
+    stderr at the end; the exit status is the script's.
+
+    \b
+    Example:
+        autotune run train.py --epochs 3
+        AUTOTUNE_CACHE=postgresql://job@db/kernels autotune run --read-only serve.py
+    """
+    from autotune.runner import run_script
+
+    settings = _settings(cache=cache_url, on_miss=on_miss, write_back=write_back, read_only=read_only or None)
+    code, stats = run_script(script, list(args), settings)
+    click.echo(f"autotune: {stats}", err=True)
+    raise SystemExit(code)

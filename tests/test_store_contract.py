@@ -432,3 +432,26 @@ def test_resolve_cache_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.delenv("AUTOTUNE_CACHE")
     assert default_cache_url() == f"sqlite:///{Path.home()}/.cache/autotune/cache.db"
+
+
+def test_lookup_survives_a_dropped_connection(postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A pooled connection killed by the server is replaced, not reported as a miss or error."""
+    caplog.set_level("INFO", logger="cache.store")
+    store = Store(postgres_url)
+    result = make_result()
+    store.put_result(result)
+    assert store.lookup(result.env, result.request.key) == result
+    admin = sa.create_engine(postgres_url, poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        conn.execute(
+            sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'autotune' AND datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+        conn.commit()
+    admin.dispose()
+    assert store.lookup(result.env, result.request.key) == result
+    assert "cache connection lost" in caplog.text  # it did meet the dead connection
+    store.put_result(make_result(m=5))  # writes recover too
+    store.close()

@@ -19,13 +19,10 @@ from typing import Any
 from cache.records import STATUS_FAILED, Environment, Provenance, TuningResult
 
 from .actor import FAULT_ENV, TuningWorker
+from .errors import WorkerError
 from .tune import TuneJob
 
 log = logging.getLogger(__name__)
-
-
-class WorkerError(RuntimeError):
-    """Ray could not be started or joined, or has no worker of the kind needed."""
 
 
 def start_ray(address: str | None) -> None:
@@ -38,7 +35,7 @@ def start_ray(address: str | None) -> None:
             address=address,
             include_dashboard=False,
             log_to_driver=False,
-            logging_level=logging.WARNING,
+            logging_level=logging.ERROR,
             configure_logging=True,
             ignore_reinit_error=True,
         )
