@@ -11,8 +11,9 @@ size Store.lookup is timed for hits on random keys by:
 * 1 reader, closed loop (one lookup after another): the latency floor;
 * N readers (default 16), closed loop: every reader as fast as it can, which
   saturates the machine;
-* N readers, paced (default 100 lookups/s each, latency counted from the
-  scheduled start, so waiting behind other readers is included).
+* N readers, paced: Poisson arrivals at a fixed rate per reader (default 100
+  and 25 lookups/s each), latency counted from the scheduled start, so waiting
+  behind other readers is included.
 
 Readers are separate processes (fork), each with its own Store, as training
 ranks would be. Per lookup we record wall time and the reader's own CPU time;
@@ -193,9 +194,12 @@ def reader(url: str, size: int, seed: int, duration: float, rate: float | None, 
         wall, cpu = array("d"), array("d")
         barrier.wait()
         start = time.perf_counter()
+        arrivals = random.Random(seed + 1)
+        scheduled = start
         j = 0
         while True:
-            scheduled = start + j / rate if rate else time.perf_counter()
+            # Open loop: exponential gaps (Poisson arrivals), independent per reader.
+            scheduled = scheduled + arrivals.expovariate(rate) if rate else time.perf_counter()
             if scheduled - start >= duration:
                 break
             if rate:
@@ -388,11 +392,12 @@ def run_backend(backend: Backend, sizes: list[int], args: argparse.Namespace) ->
             filled = size
             log(f"{backend.name}: filled to {size:,} requests in {fill_s:.0f} s")
             server = server_times(backend.url, size) if backend.name == "postgres" else None
-            modes = [(1, None), (args.readers, None), *((args.readers, rate) for rate in args.rate_list)]
+            # 1 reader paced shows the cost of a lookup from cold (idle) caches, without any contention.
+            modes = [(1, None), (1, min(args.rate_list)), (args.readers, None)]
+            modes += [(args.readers, rate) for rate in args.rate_list]
             for readers, rate in modes:
-                background = background_cpu()  # other work on the machine skews the numbers: record it
-                stats = measure(backend.url, size, readers, args.duration, rate)
-                row = {"backend": backend.name, "requests": size, "fill_seconds": fill_s, "background_cpu": background, **stats}
+                stats = measure_undisturbed(backend.url, size, readers, args.duration, rate)
+                row = {"backend": backend.name, "requests": size, "fill_seconds": fill_s, **stats}
                 if server:
                     row.update({f"server_{k}": v for k, v in server.items()})
                 rows.append(row)
@@ -404,6 +409,33 @@ def run_backend(backend: Backend, sizes: list[int], args: argparse.Namespace) ->
     finally:
         backend.close()
     return rows
+
+
+BUSY = 0.15  # other processes using more than this share of the cores disturb a run
+
+
+def measure_undisturbed(url: str, size: int, readers: int, duration: float, rate: float | None) -> dict[str, Any]:
+    """measure(), on a quiet machine as far as we can tell.
+
+    The machine is shared: wait (up to a minute) for other processes to go
+    quiet first, and repeat a run once if they were busy right after it. Both
+    readings are kept in the results.
+    """
+    attempts = []
+    for _ in range(2):
+        deadline = time.monotonic() + 60
+        before = background_cpu()
+        while before is not None and before > BUSY and time.monotonic() < deadline:
+            before = background_cpu(2.0)
+        stats = measure(url, size, readers, duration, rate)
+        stats.update(background_cpu=before, background_cpu_after=background_cpu())
+        attempts.append(stats)
+        if max(stats["background_cpu"] or 0, stats["background_cpu_after"] or 0) <= BUSY:
+            break
+        log("  (other processes were busy; repeating this run)")
+    best = min(attempts, key=lambda s: max(s["background_cpu"] or 0, s["background_cpu_after"] or 0))
+    best["attempts"] = len(attempts)
+    return best
 
 
 def background_cpu(seconds: float = 1.0) -> float | None:
@@ -489,11 +521,11 @@ def _pct(value: float | None) -> str:
 
 
 def _mode(row: dict[str, Any]) -> str:
-    if row["readers"] == 1:
-        return "1 reader"
+    readers = "1 reader" if row["readers"] == 1 else f"{row['readers']} readers"
     if row["paced_per_reader"]:
-        return f"{row['readers']} readers, {row['paced_per_reader']:.0f}/s each"
-    return f"{row['readers']} readers, flat out"
+        each = "" if row["readers"] == 1 else " each"
+        return f"{readers}, {row['paced_per_reader']:.0f}/s{each}"
+    return f"{readers}, flat out"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -512,13 +544,16 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"(shared_buffers {m.get('postgres_shared_buffers', 'n/a')}), local over TCP",
         f"- Readers: {m['readers_are']}; every lookup is a hit on a uniformly random stored key; "
         f"{report['settings']['candidates_per_request']} candidates per request.",
-        "- Latency is wall time of `Store.lookup` (paced: from the scheduled start, so time spent waiting "
+        "- Latency is wall time of `Store.lookup` (paced: Poisson arrivals per reader, latency from the "
+        "scheduled start, so time spent waiting "
         "for a CPU counts). Client CPU is the reader's own CPU time per lookup, i.e. latency without "
         "queueing on the client side. Server exec is PostgreSQL's EXPLAIN ANALYZE execution time of "
         "the lookup statement (one statement: request row plus candidates as a JSON array). "
-        "Other CPU load is the share of both cores busy in the second before each run, while the "
-        "benchmark itself was idle: this machine is shared (another engineer's Ray workers and "
-        "compilers ran at nice 15 during the run), and that inflates tails.",
+        "Other CPU load is the share of both cores busy in the second before / after each run, while "
+        "the benchmark itself was idle: this machine is shared with another engineer's jobs (Ray "
+        "workers, compilers at nice 15). The benchmark waits for them to go quiet and repeats a run "
+        f"once if they were busy (> {BUSY:.0%}) around it; a high value still means that row's tails "
+        "are inflated.",
         "",
         "| backend | stored requests | readers | p50 ms | p99 ms | p99.9 ms | lookups/s | client CPU p50 / p99 ms | server exec p50 / p99 ms | other CPU load |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -532,7 +567,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {r['backend']} | {r['requests']:,} | {_mode(r)} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | "
             f"{r['p999_ms']:.3f} | {r['lookups_per_s']:,.0f} | {r['client_cpu_p50_ms']:.3f} / "
-            f"{r['client_cpu_p99_ms']:.3f} | {server} | {_pct(r['background_cpu'])} |"
+            f"{r['client_cpu_p99_ms']:.3f} | {server} | {_pct(r['background_cpu'])} / "
+            f"{_pct(r['background_cpu_after'])} |"
         )
     lines += ["", "## Goals", ""] + goals(report)
     fills = {(r["backend"], r["requests"]): r["fill_seconds"] for r in rows}
@@ -556,7 +592,8 @@ def goals(report: dict[str, Any]) -> list[str]:
             outcome = "**met**" if worst["p99_ms"] < 2 else f"**missed** by {worst['p99_ms'] - 2:.2f} ms"
             verdicts.append(f"{label}: {outcome} (worst p99 {worst['p99_ms']:.2f} ms, at {worst['requests']:,})")
         flat = [r for r in pg if r["readers"] == readers and not r["paced_per_reader"]]
-        single = [r for r in pg if r["readers"] == 1]
+        single = [r for r in pg if r["readers"] == 1 and not r["paced_per_reader"]]
+        cold = [r for r in pg if r["readers"] == 1 and r["paced_per_reader"]]
         cpu_per_lookup = statistics.fmean(r["client_cpu_mean_ms"] for r in flat) + statistics.fmean(
             r["server_execution_p50_ms"] for r in flat
         )
@@ -565,16 +602,26 @@ def goals(report: dict[str, Any]) -> list[str]:
             f"Why: {readers} reader processes and their {readers} PostgreSQL backends share {cores} cores. "
             f"A lookup costs about {cpu_per_lookup:.2f} ms of CPU under contention (client Python + driver "
             f"+ server), so the machine tops out near {cores / cpu_per_lookup * 1000:,.0f} lookups/s; flat "
-            f"out, each lookup mostly waits for a core (Little's law: {readers} in flight / throughput), and "
+            "out (the worst case: every rank compiling the same graph at once), each lookup mostly waits "
+            f"for a core (Little's law: {readers} in flight / throughput), and "
             "paced runs queue whenever several readers wake at once. Without queueing the cost is small: "
-            f"1-reader p99 {max(r['p99_ms'] for r in single):.2f} ms, client CPU p99 "
-            f"{max(r['client_cpu_p99_ms'] for r in single):.2f} ms, server execution p99 "
-            f"{max(r['server_execution_p99_ms'] for r in pg):.3f} ms. With a core per reader (ranks on "
-            "their own cores or hosts, the database on its own machine) the 16-reader p99 should approach "
-            "the 1-reader numbers; this 2-core box cannot show that."
+            f"1 reader flat out p99 {max(r['p99_ms'] for r in single):.2f} ms (client CPU p99 "
+            f"{max(r['client_cpu_p99_ms'] for r in single):.2f} ms), server execution p99 "
+            f"{max(r['server_execution_p99_ms'] for r in pg):.3f} ms. But a lookup after idling costs "
+            "several times more on this VM even with no other reader: 1 reader at "
+            f"{cold[0]['paced_per_reader']:g}/s has p50 {max(r['p50_ms'] for r in cold):.2f} ms and p99 "
+            f"{max(r['p99_ms'] for r in cold):.2f} ms, client CPU p50 "
+            f"{max(r['client_cpu_p50_ms'] for r in cold):.2f} ms (cold CPU caches and wake-ups of the "
+            "reader and of its PostgreSQL backend). That is the floor the paced 16-reader runs add queueing "
+            "to. With a core per reader (ranks on their own cores or hosts, the database on its own machine) "
+            "the 16-reader rows should approach the 1-reader rows (flat out for back-to-back lookups, "
+            "paced for sporadic ones); this 2-core box cannot show that."
         )
     for i, backend in enumerate(sorted({r["backend"] for r in rows}), start=2):
-        single = sorted((r for r in rows if r["backend"] == backend and r["readers"] == 1), key=lambda r: r["requests"])
+        single = sorted(
+            (r for r in rows if r["backend"] == backend and r["readers"] == 1 and not r["paced_per_reader"]),
+            key=lambda r: r["requests"],
+        )
         if len(single) < 2:
             continue
         small, large = single[0], single[-1]

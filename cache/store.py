@@ -581,7 +581,7 @@ class Store:
         params = {"env_id": env_id, "key": key}
         if self.dialect == "postgresql":
             row = _pg_lookup_row(conn, params)
-            cands: list[Any] = [] if row is None else [SimpleNamespace(**c) for c in row.candidates_json or ()]
+            cands: list[Any] = [SimpleNamespace(**c) for c in (row.candidates_json if row else None) or ()]
         else:  # SQLite reads run in one transaction: both queries see one snapshot
             row = conn.execute(_LOOKUP_REQUEST, params).one_or_none()
             cands = [] if row is None else conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
@@ -591,7 +591,6 @@ class Store:
                 self._env_ids.pop(env_key, None)
             return None
         return _result_from_rows(env, row, cands)
-        return result
 
     @_db_errors
     def get(self, request_id: int) -> TuningResult | None:

@@ -82,7 +82,9 @@ def test_concurrent_overlapping_writes(store_url: str) -> None:
         engine = sa.create_engine(store_url)
         with engine.connect() as conn:
             per_request = dict(
-                conn.execute(sa.select(candidates.c.request_id, sa.func.count()).group_by(candidates.c.request_id)).all()
+                conn.execute(
+                    sa.select(candidates.c.request_id, sa.func.count()).group_by(candidates.c.request_id)
+                ).all()
             )
             keys = conn.execute(sa.select(requests.c.env_id, requests.c.key)).all()
         engine.dispose()

@@ -380,7 +380,9 @@ def _bad_files() -> dict[str, tuple[str, int, str]]:
         "missing field": (f"{header}\n{good}\n{edit(['request', 'op'], KeyError)}\n", 3, "missing required field 'op'"),
         "wrong type": (f"{header}\n{edit(['candidates', 0, 'time_ms'], 'fast')}\n", 2, "time_ms must be"),
         "bad status": (f"{header}\n{edit(['status'], 'great')}\n", 2, "status 'great' is not one of"),
-        "bad failure kind": (f"{header}\n{edit(['candidates', 1, 'failure_kind'], 'oops')}\n", 2, "failure_kind 'oops'"),
+        "bad failure kind": (
+            f"{header}\n{edit(['candidates', 1, 'failure_kind'], 'oops')}\n", 2, "failure_kind 'oops'"
+        ),
         "unknown winner": (f"{header}\n{edit(['winner_hash'], 'nope')}\n", 2, "winner_hash 'nope'"),
         "bad sizes": (f"{header}\n{edit(['request', 'inputs', 0, 'sizes'], [1, 'x'])}\n", 2, "list of integers"),
         "bad timestamp": (f"{header}\n{edit(['provenance', 'created_at'], 'yesterday')}\n", 2, "ISO 8601"),

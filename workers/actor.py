@@ -1,9 +1,9 @@
 """The Ray actor: one per GPU (or ``--workers N`` on CPU), tuning one request at a time.
 
-The actor is a long-lived Python+torch process, so a request costs a compile,
-not an interpreter start. Each request still runs in fresh Inductor state and
-cache dirs (see ``tune_request``). A request that kills the process is caught
-by the driver as an actor error; Ray restarts the actor for the next request.
+The actor hands each job to a long-lived child process (see ``child.py``), so a
+request costs a compile, not an interpreter start; each request still runs in
+fresh Inductor state and cache dirs (see ``tune_request``). A job that crashes
+or hangs the child becomes a failed result and the next job gets a new child.
 The actor stores every result the moment it has it, so an interrupted sweep
 resumes where it stopped.
 """
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
 
 
-def _inject_fault(request_key: str) -> None:
+def inject_fault(request_key: str) -> None:
     spec = os.environ.get(FAULT_ENV, "")
     kind, _, target = spec.partition(":")
     if not spec or not target or not request_key.startswith(target):
@@ -39,9 +39,12 @@ def _inject_fault(request_key: str) -> None:
 class TuningWorker:
     """Tunes jobs (plain JSON) and stores each result at once."""
 
-    def __init__(self, store: Any | None, device: str) -> None:
+    def __init__(self, store: Any | None, device: str, timeout: float = 600.0) -> None:
+        from .child import ChildTuner
+
         self.store = store
         self.device = device
+        self.child = ChildTuner(timeout)
         logging.basicConfig(level=logging.WARNING)
 
     def describe(self) -> dict[str, Any]:
@@ -56,11 +59,16 @@ class TuningWorker:
         return info
 
     def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
-        from .tune import TuneJob, tune_request
+        from cache.records import TuningResult
+
+        from .child import ChildDied
+        from .tune import TuneJob, failed_result
 
         job = TuneJob.from_json(job_json)
-        _inject_fault(job.request.key)
-        result = tune_request(job)
+        try:
+            result = TuningResult.from_json(self.child.tune(job_json))
+        except ChildDied as died:
+            result = failed_result(job, str(died), died.kind, self.child.timeout)
         if self.store is not None:
             self.store.put_result(result)
         return result.to_json()

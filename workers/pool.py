@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cache.records import STATUS_FAILED, Environment, Provenance, TuningResult
+from cache.records import TuningResult
 
 from .actor import FAULT_ENV, TuningWorker
 from .errors import WorkerError
-from .tune import TuneJob
+from .tune import TuneJob, failed_result
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +57,6 @@ class _Slot:
     started: float = 0.0
 
 
-def _failed(job: TuneJob, reason: str, kind: str, seconds: float) -> TuningResult:
-    env = job.expected_env or Environment("unknown", "unknown", "", None, None, "", "")
-    return TuningResult(
-        env=env,
-        request=job.request,
-        candidates=(),
-        winner_hash=None,
-        status=STATUS_FAILED,
-        error=f"{kind}: {reason}",
-        provenance=Provenance(host=socket.gethostname(), sweep_id=job.sweep_id,
-                              tuning_seconds=seconds, source="sweep"),
-    )
-
-
 class TuningPool:
     """A set of actors that tune jobs; results come back in completion order."""
 
@@ -85,6 +70,7 @@ class TuningPool:
                                   "with --address, or pass --device cpu")
             actors = min(actors, available)
         options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0}
+        # The fault-injection knob (tests) must reach the actor and its child.
         options.update({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1})
         if FAULT_ENV in os.environ:
             options["runtime_env"] = {"env_vars": {FAULT_ENV: os.environ[FAULT_ENV]}}
@@ -92,7 +78,8 @@ class TuningPool:
         self.device = device
         self.timeout = timeout
         self.store = store
-        self.slots = [_Slot(cls.remote(store, device)) for _ in range(actors)]
+        # The actor's child enforces the per-request timeout; the driver's is a backstop.
+        self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
 
     def describe(self) -> list[dict[str, Any]]:
         import ray
@@ -119,7 +106,7 @@ class TuningPool:
                     continue
                 if slot.ref in ready:
                     yield self._collect(slot)
-                elif time.monotonic() - slot.started > self.timeout:
+                elif time.monotonic() - slot.started > self.timeout + 120:
                     yield self._expire(slot)
 
     def _collect(self, slot: _Slot) -> TuningResult:
@@ -131,9 +118,9 @@ class TuningPool:
         try:
             return TuningResult.from_json(ray.get(ref))
         except ray.exceptions.RayActorError as exc:
-            result = _failed(job, f"the tuning process died ({type(exc).__name__})", "crash", seconds)
+            result = failed_result(job, f"the tuning process died ({type(exc).__name__})", "crash", seconds)
         except Exception as exc:
-            result = _failed(job, f"{type(exc).__name__}: {exc}"[:2000], "crash", seconds)
+            result = failed_result(job, f"{type(exc).__name__}: {exc}"[:2000], "crash", seconds)
         self._store_failure(result)
         return result
 
@@ -145,7 +132,7 @@ class TuningPool:
         # Killing with restart gives the next job a fresh process; the hung task errors out.
         ray.kill(slot.actor, no_restart=False)
         slot.job, slot.ref = None, None
-        result = _failed(job, f"no result after {self.timeout:.0f} s", "timeout", seconds)
+        result = failed_result(job, f"no result after {self.timeout:.0f} s", "timeout", seconds)
         self._store_failure(result)
         return result
 

@@ -196,6 +196,21 @@ def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], s
     )
 
 
+def failed_result(job: TuneJob, reason: str, kind: str, seconds: float) -> TuningResult:
+    """A request that never produced a result (its process died or hung)."""
+    env = job.expected_env or Environment("unknown", "unknown", "", None, None, "", "")
+    return TuningResult(
+        env=env,
+        request=job.request,
+        candidates=(),
+        winner_hash=None,
+        status=STATUS_FAILED,
+        error=f"{kind}: {reason}",
+        provenance=Provenance(host=socket.gethostname(), sweep_id=job.sweep_id,
+                              tuning_seconds=seconds, source="sweep"),
+    )
+
+
 def _mismatch(job: TuneJob, policy: TunePolicy) -> str | None:
     """Why the reproduced request differs from the recorded one, or None."""
     recorded = job.request
