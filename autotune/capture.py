@@ -120,6 +120,9 @@ def capture_model(
     device: str = "cpu",
 ) -> CaptureResult:
     """Compile ``model`` once per batch size in dry-run mode and list its requests."""
+    from .env import pin_triton_toolchain
+
+    pin_triton_toolchain()
     policy = CapturePolicy(device=device)
     start = time.perf_counter()
     overrides: dict[str, Any] = {}

@@ -140,6 +140,23 @@ def cpu_threads(env: Environment) -> int | None:
     return int(env.device_name.rsplit(" ", 2)[-2])
 
 
+def pin_triton_toolchain() -> None:
+    """Make Triton's backend hash the same in every process: capture, workers and jobs.
+
+    Every Triton template's source embeds a backend hash that includes the ptxas
+    version. Torch points TRITON_PTXAS_PATH at its own ptxas the first time it
+    compiles a Triton kernel in a process, so a hash taken before that moment
+    differs from one taken after (seen on an H200, torch 2.11: every Triton
+    choice hash of a one-op reproduction differed from the model's). Doing what
+    torch will do anyway, up front, gives one answer everywhere.
+    """
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:  # older or newer torch without it: nothing to pin
+        return
+    _set_triton_ptxas_path()
+
+
 def default_device() -> str:
     import torch
 

@@ -191,6 +191,9 @@ class WarmStart:
     def __init__(self, policy: ServePolicy) -> None:
         from torch._inductor import config
 
+        from .env import pin_triton_toolchain
+
+        pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy
         self._selector = install(policy)
         # The sweep chose winners without benchmarking epilogue fusions (which happen

@@ -1,46 +1,66 @@
-"""Which environment variables change Triton's backend hash (baked into every template's source)?
+"""Which process state changes Triton's backend hash (baked into every template's source)?
 
-Prints torch.utils._triton.triton_hash_with_backend() computed in fresh processes
-under several environments, and inside a Ray task with num_gpus=1.
+Prints the parts of torch.utils._triton.triton_hash_with_backend() (triton_key,
+backend.hash(), target) in: this process after importing the worker code, a
+fresh `python -c` child, a Ray task, and a child started from a Ray task with
+the environment the sweep's workers use.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-PROBE = "import torch.utils._triton as t; print(t.triton_hash_with_backend())"
-CASES = {
-    "plain": {},
-    "CUDA_VISIBLE_DEVICES=0": {"CUDA_VISIBLE_DEVICES": "0"},
-    "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
-    "both": {"CUDA_VISIBLE_DEVICES": "0", "OMP_NUM_THREADS": "1"},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PROBE = r"""
+import hashlib, json, os, sys
+import torch
+import workers.tune  # what a tuning child imports first
+from torch._inductor.runtime.triton_compat import triton_key
+from torch.utils._triton import triton_backend, triton_hash_with_backend
+b = triton_backend()
+print("PROBE " + json.dumps({
+    "full": triton_hash_with_backend()[:16],
+    "triton_key": hashlib.sha256(triton_key().encode()).hexdigest()[:16],
+    "backend_hash": b.hash(),
+    "target": repr(b.target),
+    "cwd": os.getcwd(),
+}))
+"""
 
 
-def probe(extra: dict[str, str]) -> str:
-    env = {**os.environ, **extra}
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
-    return (out.stdout.strip() or out.stderr.strip().splitlines()[-1])[:24]
+def run_probe(env: dict[str, str] | None = None, cwd: str | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=cwd, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("PROBE "):
+            return json.loads(line[6:])
+    return {"error": out.stderr[-800:]}
 
 
-def in_ray() -> str:
+def from_ray() -> dict:
     import ray
 
     ray.init(include_dashboard=False)
 
     @ray.remote(num_gpus=1)
-    def task() -> tuple[str, str]:
-        import torch.utils._triton as t
+    def task() -> dict:
+        from workers.child import clean_environment
 
-        return t.triton_hash_with_backend()[:24], repr({k: v for k, v in os.environ.items() if "CUDA" in k or "TRITON" in k or k == "PATH"})
+        here = run_probe(None)
+        clean = run_probe(clean_environment())
+        return {"ray_task_child_raw_env": here, "ray_task_child_clean_env": clean,
+                "ray_cwd": os.getcwd(), "ray_sys_path": sys.path[:6]}
 
-    return repr(ray.get(task.remote()))
+    return ray.get(task.remote())
 
 
 if __name__ == "__main__":
-    for name, extra in CASES.items():
-        print(f"{name:28s} {probe(extra)}")
-    print(f"{'ray task num_gpus=1':28s} {in_ray()}")
-    print("driver env:", {k: v for k, v in os.environ.items() if "CUDA" in k or "TRITON" in k or k == "PATH"})
+    print("fresh child:", run_probe())
+    print("fresh child, cwd=/tmp:", run_probe(cwd="/tmp"))
+    print("fresh child, CUDA_VISIBLE_DEVICES=0:", run_probe({**os.environ, "CUDA_VISIBLE_DEVICES": "0"}))
+    for key, value in from_ray().items():
+        print(f"{key}: {value}")

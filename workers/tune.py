@@ -243,9 +243,10 @@ def _match_threads(job: TuneJob) -> None:
 
 def tune_request(job: TuneJob) -> TuningResult:
     """Tune ``job.request`` here; failures come back as a result, never raised."""
-    from autotune.env import current_environment
+    from autotune.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()
+    pin_triton_toolchain()
     _match_threads(job)
     fallback_env = job.expected_env or current_environment(job.device)
     failures = _FailureLog()
