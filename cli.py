@@ -26,22 +26,6 @@ from workers.errors import WorkerError
 if TYPE_CHECKING:
     from autotune.sweep import Outcome, SweepReport
 
-_DTYPES = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float32": "fp32",
-    "float": "fp32",
-    "float64": "fp64",
-    "double": "fp64",
-    "int8": "i8",
-    "uint8": "u8",
-    "int32": "i32",
-    "float8_e4m3fn": "fp8e4m3",
-    "float8_e5m2": "fp8e5m2",
-}
-_MATMUL_OPS = {"mm", "bmm", "int_mm", "_int_mm", "scaled_mm", "mm_plus_mm", "packed_linear"}
-_BIAS_MATMUL_OPS = {"addmm", "baddbmm"}  # (bias, a, b): show a @ b
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -112,29 +96,6 @@ def _cache_option(func: Any) -> Any:
 # ------------------------------------------------------------------ formatting
 
 
-def short_dtype(dtype: str) -> str:
-    name = dtype.removeprefix("torch.")
-    return _DTYPES.get(name, name)
-
-
-def describe_request(request: TuningRequest) -> str:
-    """`mm 1024x4096 @ 4096x1024 bf16`, `conv 16x64x56x56 * 64x64x3x3 bf16`, ..."""
-    shapes = ["x".join(str(s) for s in layout.sizes) or "scalar" for layout in request.inputs]
-    dtypes = "/".join(dict.fromkeys(short_dtype(layout.dtype) for layout in request.inputs))
-    op = request.op
-    if not shapes:
-        body = request.inputs_key[:60]
-    elif op in _MATMUL_OPS and len(shapes) >= 2:
-        body = f"{shapes[0]} @ {shapes[1]}"
-    elif op in _BIAS_MATMUL_OPS and len(shapes) >= 3:
-        body = f"{shapes[1]} @ {shapes[2]} + {shapes[0]}"
-    elif op.startswith("conv") and len(shapes) >= 2:
-        op, body = "conv", f"{shapes[0]} * {shapes[1]}"
-    else:
-        body = ", ".join(shapes)
-    return " ".join(part for part in (op, body, dtypes) if part)
-
-
 def _fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f} ms"
 
@@ -156,7 +117,7 @@ def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
     return {
         "id": row_id,
         "op": result.request.op,
-        "shapes": describe_request(result.request),
+        "shapes": shape_summary(result.request),
         "device": result.env.device_name,
         "torch_version": result.env.torch_version,
         "status": result.status,
@@ -172,7 +133,7 @@ def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
 def _miss_summary(miss: MissRecord) -> dict[str, Any]:
     return {
         "op": miss.request.op,
-        "shapes": describe_request(miss.request),
+        "shapes": shape_summary(miss.request),
         "device": miss.env.device_name,
         "count": miss.count,
         "first_seen": miss.first_seen.isoformat(),
@@ -270,7 +231,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     )
     for row_id, result in rows:
         line = (
-            f"{row_id:>6}  {describe_request(result.request):<38}  {result.env.device_name:<22}  "
+            f"{row_id:>6}  {shape_summary(result.request):<38}  {result.env.device_name:<22}  "
             f"{_winner_label(result):<44}  {_fmt_ms(result.winner.time_ms if result.winner else None):>11}  "
             f"{_fmt_speedup(result.speedup_over_aten):>7}  {result.status}"
         )
@@ -295,7 +256,7 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
     out.print(f"[bold]{'count':>6}  {'request':<38}  {'device':<22}  {'last seen':<19}  host[/bold]")
     for miss in found:
         line = (
-            f"{miss.count:>6}  {describe_request(miss.request):<38}  {miss.env.device_name:<22}  "
+            f"{miss.count:>6}  {shape_summary(miss.request):<38}  {miss.env.device_name:<22}  "
             f"{miss.last_seen:%Y-%m-%d %H:%M:%S}  {miss.host}"
         )
         out.print(escape(line))
@@ -328,7 +289,7 @@ def show(ctx: click.Context, request_id: int, as_json: bool) -> None:
 
 def _print_result(request_id: int, result: TuningResult) -> None:
     out, env, req, prov = _out(), result.env, result.request, result.provenance
-    out.print(f"[bold]#{request_id}  {escape(describe_request(req))}[/bold]  status {escape(result.status)}")
+    out.print(f"[bold]#{request_id}  {escape(shape_summary(req))}[/bold]  status {escape(result.status)}")
     details = [
         ("op", f"{req.op}   precision {req.precision}   key {req.key}"),
         ("inputs_key", req.inputs_key),

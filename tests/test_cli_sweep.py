@@ -1,0 +1,70 @@
+"""`autotune sweep` and `autotune run` from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+
+MODELS = Path(__file__).parent / "models"
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [("missing.py", "no such file"), ("broken_import.py", "failed to import"),
+     ("no_entry.py", "defines no function example()"), ("wrong_return.py", "must return (module")],
+)
+def test_bad_model_file_is_one_line_and_exit_2(model: str, needle: str, sqlite_url: str) -> None:
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / model), "--cache", sqlite_url, "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_sweep_without_model_or_misses_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["sweep"])
+    assert result.exit_code == 2 and "give a MODEL.py" in result.output
+
+
+def test_bad_batch_sizes_are_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--batch-sizes", "8,x"])
+    assert result.exit_code == 2 and "comma-separated" in result.output
+
+
+def test_dry_run_json_lists_the_plan(sqlite_url: str) -> None:
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--dry-run", "--json",
+                                       "--cache", sqlite_url, "--device", "cpu", "--batch-sizes", "4,8"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert report["dry_run"] is True and report["totals"]["found"] == 4
+    assert {r["status"] for r in report["requests"]} == {"planned"}
+    assert {r["shapes"].split(" @ ")[0] for r in report["requests"]} == {
+        "packed_linear 4x32", "packed_linear 4x64", "packed_linear 8x32", "packed_linear 8x64"}
+
+
+def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(MODELS)!r})\n"
+        "import tiny_mlp\n"
+        "model, inputs = tiny_mlp.example()\n"
+        "with torch.no_grad():\n"
+        "    torch.compile(model, mode='max-autotune')(*inputs)\n"
+        "print('args', sys.argv[1:])\n"
+        "sys.exit(3)\n"
+    )
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "AUTOTUNE_ON_MISS": "aten"}
+    proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", "run", "--cache", sqlite_url,
+                           str(script), "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the script's own exit status
+    assert "args ['--epochs', '3']" in proc.stdout
+    assert "autotune: hits=0 misses=2 written=0 errors=0" in proc.stderr  # on_miss came from the environment
