@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cache.records import (
     STATUS_OK,
@@ -21,9 +21,12 @@ from cache.records import (
 )
 
 from .capture import CaptureResult, capture_model
-from .modelfile import load_model_file, parse_config_overrides
+from .modelfile import ModelFile, load_model_file, parse_config_overrides
 from .plan import Plan, make_plan, shape_summary
 from .settings import Settings
+
+if TYPE_CHECKING:  # Ray is imported only by sweeps that tune
+    from workers.pool import PoolStarter
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,9 @@ class SweepReport:
     outcomes: list[Outcome] = field(default_factory=list)
     capture_seconds: float = 0.0
     wall_seconds: float = 0.0
+    # From the sweep's start until Ray, the actors and their warm children were ready
+    # (0.0 when nothing was tuned); it overlaps the capture.
+    startup_seconds: float = 0.0
     dry_run: bool = False
 
     def count(self, *statuses: str) -> int:
@@ -110,6 +116,7 @@ class SweepReport:
                 "tuned": self.tuned,
                 "failed": self.failed,
                 "capture_seconds": round(self.capture_seconds, 3),
+                "startup_seconds": round(self.startup_seconds, 3),
                 "wall_seconds": round(self.wall_seconds, 3),
             },
             "requests": [o.to_json() for o in self.outcomes],
@@ -141,10 +148,10 @@ def _device(settings: Settings) -> str:
     return default_device()
 
 
-def _capture(options: SweepOptions, settings: Settings, device: str) -> CaptureResult:
-    """Capture here, or as a Ray task on a GPU worker when this host has no GPU."""
+def _load(options: SweepOptions, settings: Settings, device: str) -> tuple[ModelFile, dict[str, Any]]:
+    """The model file and capture arguments: every bad-input error surfaces here."""
     assert options.model_path is not None
-    model = load_model_file(options.model_path, options.entry)  # contract errors surface here
+    model = load_model_file(options.model_path, options.entry)
     kwargs: dict[str, Any] = dict(
         batch_sizes=options.batch_sizes,
         mode=settings.mode,
@@ -152,11 +159,76 @@ def _capture(options: SweepOptions, settings: Settings, device: str) -> CaptureR
         train=options.train,
         device=device,
     )
+    return model, kwargs
+
+
+def _captures_here(device: str) -> bool:
+    """False: this host lacks the GPU, so capture runs as a Ray task on one that has it."""
     import torch
 
-    if device == "cpu" or torch.cuda.is_available():
-        return capture_model(model, **kwargs)
-    return _remote_capture(options, settings, kwargs)
+    return device == "cpu" or torch.cuda.is_available()
+
+
+@dataclass
+class _BuiltOnce(ModelFile):
+    """A model file whose first build already ran, and whose result capture reuses.
+
+    Building before the pool starts makes a failing entry (bad input, exit 2)
+    fail before Ray starts, at no cost: capture takes the built model as is.
+    """
+
+    first: tuple[int | None, tuple[Any, tuple[Any, ...]]] | None = None
+
+    @classmethod
+    def of(cls, model: ModelFile, batch_size: int | None) -> _BuiltOnce:
+        built = cls(model.path, model.entry, model.factory, model.config_overrides)
+        built.first = (batch_size, model.build(batch_size))  # shares config_overrides
+        return built
+
+    def build(self, batch_size: int | None) -> tuple[Any, tuple[Any, ...]]:
+        if self.first is not None and self.first[0] == batch_size:
+            result, self.first = self.first[1], None
+            return result
+        return super().build(batch_size)
+
+
+def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None) -> PoolStarter:
+    """Start Ray and the pool in the background; before capture the job count is not
+    known (``jobs`` None), so the pool gets every actor the settings allow."""
+    from workers.pool import PoolStarter
+
+    # CUDA: --gpus, or None for every GPU Ray sees (counted once Ray is up).
+    actors = settings.gpus if device == "cuda" else settings.workers
+    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs)
+
+
+def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store: Any, report: SweepReport,
+                  began: float, progress: Progress) -> tuple[list[Any], PoolStarter | None]:
+    """Capture and plan. A sweep that will tune starts its pool first, so that Ray's,
+    the actors' and the children's start-up overlap the capture (the remote capture
+    needs Ray and a GPU first, so there the pool waits)."""
+    from workers.tune import TuneJob
+
+    model, kwargs = _load(options, settings, device)  # bad input fails here, before any Ray start
+    local = _captures_here(device)
+    starter = None
+    if local and not options.dry_run and options.batch_sizes:
+        model = _BuiltOnce.of(model, options.batch_sizes[0])
+        starter = _start_pool(store, device, settings, began)
+    progress.stage(f"capturing {options.model_path} ({settings.mode}, {device})")
+    try:
+        captured = capture_model(model, **kwargs) if local else _remote_capture(options, settings, kwargs)
+        report.env, report.capture_seconds = captured.env, captured.seconds
+        cached_keys = store.cached_request_keys(captured.env) if captured.env else set()
+    except BaseException:
+        if starter is not None:
+            starter.close()
+        raise
+    plan: Plan = make_plan(captured.requests, cached_keys, force=options.force)
+    report.outcomes += [Outcome(r, STATUS_CACHED) for r in plan.cached]
+    jobs = [TuneJob(r, captured.env, settings.mode, captured.config_overrides, device, report.sweep_id)
+            for r in plan.to_tune]
+    return jobs, starter
 
 
 def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
@@ -204,7 +276,6 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> li
 def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | None = None) -> SweepReport:
     """Capture, plan, tune the rest on Ray, store each result. Raises on bad input only."""
     from cache.store import Store
-    from workers.tune import TuneJob
 
     progress = progress or _Silent()
     started = time.perf_counter()
@@ -213,47 +284,35 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     store = Store(settings.cache, read_only=settings.read_only)
     report = SweepReport(sweep_id=sweep_id, env=None, device=device, dry_run=options.dry_run)
 
-    jobs: list[TuneJob] = []
+    jobs: list[Any] = []
+    starter: PoolStarter | None = None
     if options.model_path is not None:
-        progress.stage(f"capturing {options.model_path} ({settings.mode}, {device})")
-        captured = _capture(options, settings, device)
-        report.env, report.capture_seconds = captured.env, captured.seconds
-        cached_keys = store.cached_request_keys(captured.env) if captured.env else set()
-        plan: Plan = make_plan(captured.requests, cached_keys, force=options.force)
-        report.outcomes += [Outcome(r, STATUS_CACHED) for r in plan.cached]
-        jobs += [TuneJob(r, captured.env, settings.mode, captured.config_overrides, device, sweep_id)
-                 for r in plan.to_tune]
-    if options.misses:
-        known = {job.request.key for job in jobs}
-        jobs += [j for j in _miss_jobs(store, device, settings, sweep_id) if j.request.key not in known]
-
-    if options.dry_run or not jobs:
-        report.outcomes += [Outcome(job.request, "planned") for job in jobs]
-        report.wall_seconds = time.perf_counter() - started
-        return report
-
-    _tune(jobs, store, device, settings, progress, report)
+        jobs, starter = _capture_jobs(options, settings, device, store, report, started, progress)
+    try:
+        if options.misses:
+            known = {job.request.key for job in jobs}
+            jobs += [j for j in _miss_jobs(store, device, settings, sweep_id) if j.request.key not in known]
+        if options.dry_run or not jobs:
+            report.outcomes += [Outcome(job.request, "planned") for job in jobs]
+        else:
+            starter = starter or _start_pool(store, device, settings, started, len(jobs))
+            _tune(jobs, starter, device, settings, progress, report)
+    finally:
+        if starter is not None:  # also when nothing is left to tune: the early pool goes unused
+            starter.close()
     report.wall_seconds = time.perf_counter() - started
     return report
 
 
-def _tune(jobs: list[Any], store: Any, device: str, settings: Settings, progress: Progress,
+def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings, progress: Progress,
           report: SweepReport) -> None:
-    from workers.pool import TuningPool, gpu_count, start_ray
-
     progress.stage("starting Ray" + (f" at {settings.address}" if settings.address else " locally"))
-    start_ray(settings.address)
-    if device == "cuda":
-        actors = settings.gpus or gpu_count()
-    else:
-        actors = settings.workers
-    actors = max(1, min(actors, len(jobs)))
-    pool = TuningPool(store, device, actors, settings.request_timeout)
-    try:
-        progress.start(len(jobs), f"tuning on {actors} {'GPU' if device == 'cuda' else 'CPU'} worker(s)")
-        for result in pool.run(jobs):
-            outcome = Outcome(result.request, result.status, result)
-            report.outcomes.append(outcome)
-            progress.advance(outcome)
-    finally:
-        pool.shutdown()
+    pool = starter.pool()  # waits for the start if it is still going; raises its WorkerError
+    # The pool was sized before the job count was known; the extra actors just stay idle.
+    actors = max(1, min(len(pool.slots), len(jobs)))
+    progress.start(len(jobs), f"tuning on {actors} {'GPU' if device == 'cuda' else 'CPU'} worker(s)")
+    for result in pool.run(jobs):
+        outcome = Outcome(result.request, result.status, result)
+        report.outcomes.append(outcome)
+        progress.advance(outcome)
+    report.startup_seconds = starter.ready_seconds or 0.0

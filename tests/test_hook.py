@@ -172,3 +172,21 @@ def test_database_stopped_mid_job_warns_and_compiles(postgres_url: str, tmp_path
     assert report["stats"]["errors"] >= 1, (report, stderr[-3000:])
     assert stderr.count("kernel cache unavailable") == 1  # warned once, then plain max-autotune
     assert report["stats"]["misses"] == 3  # two before the cut, one after (served by ATen)
+
+
+def test_sweep_misses_tunes_what_jobs_logged(sqlite_url: str, tmp_path: Path) -> None:
+    import ray
+
+    job(tmp_path, "--cache", sqlite_url, "--on-miss", "aten", name="logger")
+    with Store(sqlite_url) as store:
+        assert len(store.misses()) == 2
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        report = run_sweep(SweepOptions(None, misses=True), Settings.from_env(cache=sqlite_url, device="cpu"))
+    finally:
+        ray.shutdown()
+    assert (report.found, report.tuned, report.failed) == (2, 2, 0), [o.result.error for o in report.outcomes]
+    with Store(sqlite_url) as store:
+        assert store.misses() == []  # a stored result clears its miss
+    served = job(tmp_path, "--cache", sqlite_url, name="served")
+    assert served["stats"]["hits"] == 2 and served["benchmarks"] == 0

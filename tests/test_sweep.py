@@ -73,3 +73,13 @@ def test_a_worker_that_dies_is_recorded_and_the_rest_finish(
 
 def _debug(report) -> str:  # type: ignore[no-untyped-def]
     return "; ".join(f"{o.status}: {o.result.error if o.result else ''}" for o in report.outcomes)
+
+
+def test_a_failed_background_start_raises_its_worker_error_when_the_pool_is_needed() -> None:
+    from workers.errors import WorkerError
+    from workers.pool import PoolStarter
+
+    starter = PoolStarter(None, None, "cuda", None, 60.0)  # the local Ray of this module has no GPU
+    with pytest.raises(WorkerError, match="no GPU in the Ray cluster"):
+        starter.pool()
+    starter.close()

@@ -58,6 +58,19 @@ class TuningWorker:
             info["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         return info
 
+    def warm(self) -> dict[str, Any]:
+        """Start and warm the child before any job arrives (the pool calls this at creation).
+
+        Never raises: a child that dies here is replaced by the first job, as before.
+        """
+        from .child import ChildDied
+
+        try:
+            return {"ok": True, "seconds": self.child.warm(self.device)}
+        except ChildDied as died:
+            log.warning("warming the tuning process failed: %s", died)
+            return {"ok": False, "error": str(died)}
+
     def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
         from cache.records import TuningResult
 

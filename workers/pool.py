@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,11 +25,12 @@ from .tune import TuneJob, failed_result
 log = logging.getLogger(__name__)
 
 
-def start_ray(address: str | None) -> None:
+def start_ray(address: str | None) -> bool:
+    """Start or join Ray unless it is up; True when this call initialised it."""
     import ray
 
     if ray.is_initialized():
-        return
+        return False
     try:
         ray.init(
             address=address,
@@ -41,6 +43,7 @@ def start_ray(address: str | None) -> None:
     except Exception as exc:
         where = address or "a local Ray instance"
         raise WorkerError(f"could not start or join Ray at {where} ({exc}); check --address / RAY_ADDRESS") from exc
+    return True
 
 
 def gpu_count() -> int:
@@ -80,6 +83,23 @@ class TuningPool:
         self.store = store
         # The actor's child enforces the per-request timeout; the driver's is a backstop.
         self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
+        self._warming: list[Any] = []
+
+    def warm(self) -> None:
+        """Have every actor start and warm its child now; jobs sent later queue behind it."""
+        self._warming = [slot.actor.warm.remote() for slot in self.slots]
+
+    def wait_warm(self, stop: threading.Event) -> bool:
+        """Block until every child is warm (True), or until ``stop`` is set (False).
+
+        Polls so that ``stop`` is seen: an actor Ray cannot place would never answer.
+        """
+        import ray
+
+        pending = self._warming
+        while pending and not stop.is_set():
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
+        return not stop.is_set()
 
     def describe(self) -> list[dict[str, Any]]:
         import ray
@@ -152,3 +172,81 @@ class TuningPool:
                 ray.kill(slot.actor, no_restart=True)
             except Exception:
                 pass
+
+
+def _outlive_ray() -> None:
+    """Never return; for the thread that started Ray.
+
+    Ray spawns its local processes with PR_SET_PDEATHSIG, which Linux ties to the
+    spawning *thread*: were that thread to end, Ray would be killed under the
+    driver. Nor may it end once Ray looks shut down: ``ray.shutdown`` marks the
+    driver disconnected before it stops the driver's core worker, which must not
+    see its raylet die. So the thread, a daemon, ends with the process; Ray's own
+    atexit hook shuts Ray down at exit, as when it is started from the main thread.
+    """
+    threading.Event().wait()
+
+
+class PoolStarter:
+    """Starts Ray, creates a TuningPool and warms its children, all in a thread.
+
+    The sweep starts this before its capture, so Ray's start, the actors' start
+    and the children's torch/Inductor start-up overlap the capture instead of
+    following it. ``pool()`` hands the pool over (or raises what the start
+    raised, e.g. a WorkerError); ``close()`` kills the actors.
+    """
+
+    def __init__(self, address: str | None, store: Any | None, device: str, actors: int | None,
+                 timeout: float, began: float | None = None, most: int | None = None) -> None:
+        # actors: None for one per GPU that Ray sees; most: the job count, where known.
+        self._args = (address, store, device, actors, most, timeout)
+        self._began = time.perf_counter() if began is None else began
+        self._pool: TuningPool | None = None
+        self._error: BaseException | None = None
+        self._created = threading.Event()
+        self._stop = threading.Event()
+        self._settled = threading.Event()  # the thread has left Ray calls for good
+        self.ready_seconds: float | None = None  # from ``began`` until every child was warm
+        # A daemon thread: one that started Ray lives as long as the process (see _outlive_ray).
+        threading.Thread(target=self._run, name="autotune-pool-start", daemon=True).start()
+
+    def _run(self) -> None:
+        address, store, device, actors, most, timeout = self._args
+        owns_ray = False
+        try:
+            owns_ray = start_ray(address)
+            wanted = actors or gpu_count()
+            self._pool = TuningPool(store, device, max(1, min(wanted, most or wanted)), timeout)
+            self._pool.warm()
+        except BaseException as exc:  # handed to the caller's thread by pool()
+            self._error = exc
+        finally:
+            self._created.set()
+        try:
+            if self._pool is not None and self._pool.wait_warm(self._stop):
+                self.ready_seconds = time.perf_counter() - self._began
+        except Exception:  # the wait only times the start-up; jobs report their own failures
+            log.debug("waiting for the warm-up failed", exc_info=True)
+        finally:
+            self._settled.set()
+        if owns_ray:
+            _outlive_ray()
+
+    def pool(self) -> TuningPool:
+        """The pool, once created; raises what starting it raised."""
+        self._created.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._pool is not None
+        return self._pool
+
+    def close(self) -> None:
+        """Stop waiting for warm-up and kill the actors; Ray itself stays up, as before.
+
+        Returns once the thread is out of Ray's calls, so that no Ray call of it
+        overlaps Ray's shutdown at exit.
+        """
+        self._stop.set()
+        self._settled.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
