@@ -47,10 +47,13 @@ def main() -> int:
 
     handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)
     chosen: dict[str, str] = {}
+    margins: dict[str, float] = {}  # runner-up time / winner time, as this process measured
 
     def remember(timings, name, input_nodes, choices, *_rest) -> None:  # type: ignore[no-untyped-def]
         key = f"{name}|{select_algorithm.create_inputs_key(input_nodes)}"
         chosen[key] = min(timings, key=timings.__getitem__).hash_key()
+        times = sorted(timings.values())
+        margins[key] = times[1] / times[0] if len(times) > 1 and times[0] > 0 else float("inf")
 
     select_algorithm.add_feedback_saver(remember)
     outputs = []
@@ -70,6 +73,7 @@ def main() -> int:
         "stats": handle.stats.as_dict() if handle else None,
         "benchmarks": benchmark_count(),
         "chosen": chosen,
+        "margins": margins,
         "output": tensor_path,
     }
     Path(args.out).write_text(json.dumps(result))
