@@ -20,7 +20,7 @@ from rich.markup import escape
 from autotune.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import Settings, SettingsError
-from cache import CacheError, ImportValidationError, MissRecord, Store, TuningRequest, TuningResult
+from cache import CacheError, ImportValidationError, MissRecord, Store, TuningResult
 from workers.errors import WorkerError
 
 if TYPE_CHECKING:

@@ -22,7 +22,16 @@ from typing import Any, Callable
 
 from cache.records import STATUS_OK, Environment, Provenance, TuningResult
 
-from .inductor import Benchmark, ObservedRequest, Timings, choice_hash, describe_choice, install, uninstall
+from .inductor import (
+    Benchmark,
+    ObservedRequest,
+    Timings,
+    choice_hash,
+    describe_choice,
+    install,
+    uninstall,
+)
+from .plan import shape_summary
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,12 +53,6 @@ class HookStats:
 
     def __str__(self) -> str:
         return f"hits={self.hits} misses={self.misses} written={self.written} errors={self.errors}"
-
-
-def describe_request(request: ObservedRequest) -> str:
-    shapes = ", ".join("x".join(map(str, i.sizes)) for i in request.inputs)
-    dtype = request.inputs[0].dtype.removeprefix("torch.") if request.inputs else "?"
-    return f"{request.op}({shapes}) {dtype}"
 
 
 class ServePolicy:
@@ -132,7 +135,7 @@ class ServePolicy:
         on_miss = self.settings.on_miss
         if on_miss == "error" and not self._disabled:
             raise CacheMissError(
-                f"autotune: the cache has no result for {describe_request(request)} "
+                f"autotune: the cache has no result for {shape_summary(request.to_request())} "
                 f"(inputs_key {request.inputs_key}); run `autotune sweep` for this model"
             )
         if on_miss == "aten":
@@ -150,7 +153,7 @@ class ServePolicy:
             return  # Inductor may look the same request up twice (precompile check, then tuning)
         self._logged_misses.add(miss_key)
         self.stats.misses += 1
-        log.info("autotune: cache miss %s", describe_request(request))
+        log.info("autotune: cache miss %s", shape_summary(request.to_request()))
         if self.settings.read_only:
             return
         env = self._env(request)

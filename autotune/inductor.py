@@ -193,10 +193,6 @@ def _aten_kwargs(choices: list[Any]) -> dict[str, Any]:
     return {}
 
 
-def make_timings_answer(choices: list[Any], times_by_hash: dict[str, float]) -> Timings:
-    return {c: times_by_hash[choice_hash(c)] for c in choices}
-
-
 class Selector(sa.AlgorithmSelectorCache):
     """Inductor's selector, with lookups answered by a policy."""
 

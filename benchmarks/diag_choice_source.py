@@ -70,7 +70,6 @@ def main() -> None:
     captured = Recording(device=args.device)
     with fresh_inductor({**model.config_overrides, **CAPTURE_CONFIG}), installed(captured):
         _run_once(module, inputs, "max-autotune", False, args.device)
-    import torch
 
     import os
 

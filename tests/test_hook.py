@@ -91,7 +91,7 @@ def test_on_miss_aten_takes_aten_without_benchmarking_and_logs_misses(sqlite_url
 def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> None:
     report = job(tmp_path, "--cache", sqlite_url, "--on-miss", "error", check=False)
     assert report["returncode"] != 0
-    assert "the cache has no result for packed_linear(8x32" in report["stderr"]
+    assert "the cache has no result for packed_linear 8x32 @ 32x64 fp32" in report["stderr"]
 
 
 def test_tune_writes_back_and_another_process_hits(sqlite_url: str, tmp_path: Path) -> None:

@@ -1,2 +1,1 @@
-import torch
 raise RuntimeError("this model file is broken on purpose")
