@@ -20,7 +20,13 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from cache.records import STATUS_OK, Environment, Provenance, TuningResult
+from cache.records import (
+    STATUS_OK,
+    Environment,
+    Provenance,
+    TuningRequest,
+    TuningResult,
+)
 
 from .inductor import (
     Benchmark,
@@ -65,7 +71,7 @@ class ServePolicy:
         self._disabled = False
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
-        self._logged_misses: set[tuple[str, str]] = set()
+        self._logged_misses: set[str] = set()  # request keys
 
     # --- store access, bounded and never raising ---------------------------------
     def _call(self, fn: Callable[[Any], Any]) -> Any:
@@ -99,8 +105,10 @@ class ServePolicy:
     # --- the lookup ----------------------------------------------------------------
     def lookup(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,
                default: Callable[[], Timings]) -> Timings:
+        # Key and environment once per lookup: the miss path needs them again.
+        plain, env = request.to_request(), self._env(request)
         try:
-            answer = self._answer_from_cache(request, choices)
+            answer = self._answer_from_cache(env, plain, choices)
         except Exception as exc:  # a bug here must not break the compile either
             self._disable(exc)
             answer = None
@@ -108,7 +116,7 @@ class ServePolicy:
             if benchmark is not None:
                 self.stats.hits += 1
             return answer
-        return self._miss(request, choices, benchmark, default)
+        return self._miss(env, plain, choices, benchmark, default)
 
     def _env(self, request: ObservedRequest) -> Environment:
         from .env import current_environment
@@ -116,9 +124,8 @@ class ServePolicy:
         device = request.inputs[0].device if request.inputs else "cpu"
         return current_environment(device)
 
-    def _answer_from_cache(self, request: ObservedRequest, choices: list[Any]) -> Timings | None:
-        env = self._env(request)
-        stored: TuningResult | None = self._call(lambda store: store.lookup(env, request.to_request().key))
+    def _answer_from_cache(self, env: Environment, request: TuningRequest, choices: list[Any]) -> Timings | None:
+        stored: TuningResult | None = self._call(lambda store: store.lookup(env, request.key))
         if stored is None or stored.status != STATUS_OK:
             return None
         times = stored.timings()
@@ -126,16 +133,16 @@ class ServePolicy:
             return None  # a candidate the sweep never saw: the answer may be wrong
         return {c: times[choice_hash(c)] for c in choices}
 
-    def _miss(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,
+    def _miss(self, env: Environment, request: TuningRequest, choices: list[Any], benchmark: Benchmark | None,
               default: Callable[[], Timings]) -> Timings:
         from torch._inductor import select_algorithm as sa
 
         if benchmark is not None or self.settings.on_miss != "tune":
-            self._log_miss(request)
+            self._log_miss(env, request)
         on_miss = self.settings.on_miss
         if on_miss == "error" and not self._disabled:
             raise CacheMissError(
-                f"autotune: the cache has no result for {shape_summary(request.to_request())} "
+                f"autotune: the cache has no result for {shape_summary(request)} "
                 f"(inputs_key {request.inputs_key}); run `autotune sweep` for this model"
             )
         if on_miss == "aten":
@@ -144,22 +151,20 @@ class ServePolicy:
             return {c: (0.0 if c is fastest else math.inf) for c in choices}
         timings = default()
         if benchmark is not None and timings and len(timings) == len(choices):
-            self._write_back(request, choices, timings)
+            self._write_back(env, request, choices, timings)
         return timings
 
-    def _log_miss(self, request: ObservedRequest) -> None:
-        miss_key = (request.op, request.inputs_key)
-        if miss_key in self._logged_misses:
+    def _log_miss(self, env: Environment, request: TuningRequest) -> None:
+        if request.key in self._logged_misses:
             return  # Inductor may look the same request up twice (precompile check, then tuning)
-        self._logged_misses.add(miss_key)
+        self._logged_misses.add(request.key)
         self.stats.misses += 1
-        log.info("autotune: cache miss %s", shape_summary(request.to_request()))
+        log.info("autotune: cache miss %s", shape_summary(request))
         if self.settings.read_only:
             return
-        env = self._env(request)
-        self._call(lambda store: store.record_miss(env, request.to_request(), host=socket.gethostname()))
+        self._call(lambda store: store.record_miss(env, request, host=socket.gethostname()))
 
-    def _write_back(self, request: ObservedRequest, choices: list[Any], timings: Timings) -> None:
+    def _write_back(self, env: Environment, request: TuningRequest, choices: list[Any], timings: Timings) -> None:
         if not self.settings.write_back or self.settings.read_only:
             return
         candidates = tuple(describe_choice(c, timings.get(c)) for c in choices)
@@ -167,8 +172,8 @@ class ServePolicy:
         if not timed:
             return
         result = TuningResult(
-            env=self._env(request),
-            request=request.to_request(),
+            env=env,
+            request=request,
             candidates=candidates,
             winner_hash=min(timed, key=lambda c: c.time_ms or math.inf).choice_hash,
             status=STATUS_OK,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -46,17 +45,6 @@ class TuningWorker:
         self.device = device
         self.child = ChildTuner(timeout)
         logging.basicConfig(level=logging.WARNING)
-
-    def describe(self) -> dict[str, Any]:
-        """Where this actor runs: checked by the driver before any work is sent."""
-        import torch
-
-        info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "device": self.device}
-        if self.device == "cuda":
-            info["cuda_available"] = torch.cuda.is_available()
-            info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-            info["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return info
 
     def warm(self) -> dict[str, Any]:
         """Start and warm the child before any job arrives (the pool calls this at creation).

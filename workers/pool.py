@@ -2,8 +2,9 @@
 
 Like kernel_tuner's parallel runner: one actor per GPU (``num_gpus=1``, so each
 sees its GPU as device 0), or ``workers`` actors on CPU. Each actor holds one job
-at a time; a job that kills its actor, or outlives its timeout, becomes a failed
-result and the (restarted) actor takes the next job.
+at a time. A job that crashes or hangs its tuning child comes back from the actor
+as a failed result; should the actor itself die or stop answering, the driver
+records the job as failed and Ray restarts the actor for the next one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,8 @@ class TuningPool:
                                   "with --address, or pass --device cpu")
             actors = min(actors, available)
         options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0}
-        # The fault-injection knob (tests) must reach the actor and its child.
         options.update({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1})
+        # The fault-injection knob (tests) must reach the actor and its child.
         if FAULT_ENV in os.environ:
             options["runtime_env"] = {"env_vars": {FAULT_ENV: os.environ[FAULT_ENV]}}
         cls = ray.remote(TuningWorker).options(**options)
@@ -101,12 +102,7 @@ class TuningPool:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
         return not stop.is_set()
 
-    def describe(self) -> list[dict[str, Any]]:
-        import ray
-
-        return ray.get([slot.actor.describe.remote() for slot in self.slots])
-
-    def run(self, jobs: list[TuneJob], on_start: Callable[[TuneJob], None] | None = None) -> Iterator[TuningResult]:
+    def run(self, jobs: list[TuneJob]) -> Iterator[TuningResult]:
         """Yield one result per job, as each finishes."""
         import ray
 
@@ -117,8 +113,6 @@ class TuningPool:
                     slot.job = queue.pop()
                     slot.ref = slot.actor.tune.remote(slot.job.to_json())
                     slot.started = time.monotonic()
-                    if on_start:
-                        on_start(slot.job)
             busy = [slot.ref for slot in self.slots if slot.ref is not None]
             ready, _ = ray.wait(busy, num_returns=1, timeout=1.0)
             for slot in self.slots:

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.capture import CAPTURE_CONFIG, fresh_inductor
-from autotune.inductor import Benchmark, ObservedRequest, Timings, choice_hash, describe_choice, installed
+from autotune.inductor import (
+    Benchmark,
+    ObservedRequest,
+    Timings,
+    choice_hash,
+    describe_choice,
+    installed,
+)
 from cache.records import (
     STATUS_FAILED,
     STATUS_INVALID,
