@@ -365,7 +365,8 @@ def import_(ctx: click.Context, file: str) -> None:
         raise click.ClickException(f"{file}: {error}; nothing was imported") from None
     except OSError as error:
         raise click.ClickException(f"cannot read {file}: {error.strerror}") from None
-    _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged) from {escape(file)}")
+    configs = f" and {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
+    _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged){configs} from {escape(file)}")
 
 
 @cache.command()
@@ -505,6 +506,14 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
         f"{planned if report.dry_run else report.tuned} {verb}, {report.failed} failed "
         f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
     )
+    if report.pointwise is not None:
+        pointwise = report.pointwise
+        failed = f"; failed: {pointwise.error}" if pointwise.error else ""
+        console.print(escape(f"pointwise/reduction kernels: {pointwise.saved} configs stored "
+                             f"in {pointwise.seconds:.1f} s{failed}"))
+        if pointwise.gemm_misses:  # the end-to-end check: a real compile of the model missed
+            console.print(escape(f"warning: compiling the model with the new cache still missed "
+                                 f"{pointwise.gemm_misses} GEMM/conv request(s); see `autotune cache ls --misses`"))
 
 
 @main.command()

@@ -40,6 +40,20 @@ class CapturePolicy:
     seen: dict[str, ObservedRequest] = field(default_factory=dict)
     env: Environment | None = None
     lookups: int = 0
+    families: set[str] = field(default_factory=set)
+
+    def allow_template(self, pin: Any) -> bool:
+        """Render one Triton config per template and request, not all of them.
+
+        Rendering every config was most of a capture's time (ResNet-18 on an H200:
+        29 s). One is enough: the request still reaches the selector with several
+        choices, and its hash is still checked against the worker's, which renders
+        them all. Which configs exist is the worker's business.
+        """
+        if pin.family in self.families:
+            return False
+        self.families.add(pin.family)
+        return True
 
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
@@ -105,6 +119,38 @@ def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, devi
         loss.backward()
 
 
+@contextlib.contextmanager
+def no_runtime_tuning() -> Iterator[None]:
+    """Run generated pointwise/reduction kernels with their first config, untuned.
+
+    Capture and the workers compile a graph to see its GEMM/conv requests and
+    run it once for a result, but have no use for tuned pointwise kernels; under
+    max-autotune Inductor tunes each at its first run, which was ~10 s of
+    ResNet-18's capture on an H200. Only run-time behaviour changes: no config
+    and no kernel source (so no key or hash) does.
+    """
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # no Triton: nothing is tuned at run time
+        yield
+        return
+    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
+
+    def first_config(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.launchers = self.launchers[:1]
+
+    def keep(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        return launcher
+
+    CachingAutotuner.autotune_to_one_config = first_config
+    CachingAutotuner.coordinate_descent_tuning = keep
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(CachingAutotuner, name, method)
+
+
 # Epilogue-fusion benchmarking happens in the scheduler, outside lookup; it is
 # off during capture and tuning (it changes no choice hash).
 CAPTURE_CONFIG = {"benchmark_epilogue_fusion": False}
@@ -130,7 +176,7 @@ def capture_model(
         module, inputs = model.build(batch_size)  # may itself set config: read overrides after
         overrides = {**model.config_overrides, **(inductor_config or {})}
         log.info("capturing %s batch_size=%s mode=%s", model.path, batch_size, mode)
-        with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy):
+        with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
             _run_once(module, inputs, mode, train, device)
     requests = [observed.to_request() for observed in policy.seen.values()]
     return CaptureResult(

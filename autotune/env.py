@@ -133,6 +133,16 @@ def current_environment(device_kind: str) -> Environment:
     return Environment(config_fingerprint=digest(config)[:32], config=config, **static)
 
 
+def kernel_config_environment(device_kind: str) -> Environment:
+    """The environment pointwise/reduction configs are filed under: device and versions only.
+
+    Their keys hash the kernel source, which already carries every Inductor flag
+    that matters; and they are saved when a kernel first runs, outside the
+    compile, where torch.compile's mode options are no longer applied.
+    """
+    return Environment(config_fingerprint="kernel-configs", config={}, **_static_part(device_kind))
+
+
 def cpu_threads(env: Environment) -> int | None:
     """The thread count a CPU environment was recorded with."""
     if env.device_kind != "cpu" or not env.device_name.endswith(" threads"):

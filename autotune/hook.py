@@ -17,7 +17,7 @@ import logging
 import math
 import socket
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from cache.records import (
@@ -37,6 +37,7 @@ from .inductor import (
     install,
     uninstall,
 )
+from .pinning import Pin, PinIndex
 from .plan import shape_summary
 from .settings import Settings
 
@@ -53,12 +54,24 @@ class HookStats:
     misses: int = 0
     written: int = 0
     errors: int = 0
+    # Triton configs of cached requests that were never generated (pinning).
+    configs_skipped: int = 0
+    # Hits whose stored winner was not among the generated choices (a pin that did
+    # not match): the best remaining choice was used. Should stay 0.
+    winner_not_generated: int = 0
+    # Pointwise/reduction configs served from the cache, and copied into it.
+    kernel_configs_loaded: int = 0
+    kernel_configs_saved: int = 0
+    # The first few keys copied into the cache (to compare runs).
+    saved_keys: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
-        return f"hits={self.hits} misses={self.misses} written={self.written} errors={self.errors}"
+        return (f"hits={self.hits} misses={self.misses} written={self.written} errors={self.errors} "
+                f"configs_skipped={self.configs_skipped} kernel_configs={self.kernel_configs_loaded}"
+                f"/{self.kernel_configs_saved}")
 
 
 class ServePolicy:
@@ -72,6 +85,9 @@ class ServePolicy:
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
         self._logged_misses: set[str] = set()  # request keys
+        self._pins: dict[str, PinIndex | None] = {}  # device type -> stored winners
+        # Kernel config copies go through their own thread so lookups never queue behind them.
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
     # --- store access, bounded and never raising ---------------------------------
     def _call(self, fn: Callable[[Any], Any]) -> Any:
@@ -131,6 +147,13 @@ class ServePolicy:
         times = stored.timings()
         if any(choice_hash(c) not in times for c in choices):
             return None  # a candidate the sweep never saw: the answer may be wrong
+        winner = stored.winner
+        missing = winner is not None and all(choice_hash(c) != winner.choice_hash for c in choices)
+        if missing and request.key not in self._logged_misses:
+            self._logged_misses.add(request.key)  # Inductor asks twice; say it once
+            self.stats.winner_not_generated += 1
+            log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
+                        winner.name, shape_summary(request))
         return {c: times[choice_hash(c)] for c in choices}
 
     def _miss(self, env: Environment, request: TuningRequest, choices: list[Any], benchmark: Benchmark | None,
@@ -184,8 +207,71 @@ class ServePolicy:
         if not self._disabled:
             self.stats.written += 1
 
+    # --- pinning: which Triton configs are generated at all ------------------------
+    def allow_template(self, pin: Pin) -> bool:
+        """Generate a Triton config unless a stored result says it lost."""
+        if not self.settings.pin or self._disabled:
+            return True
+        index = self._pin_index(pin.device)
+        if index is None or index.allows(pin):
+            return True
+        self.stats.configs_skipped += 1
+        return False
+
+    def _pin_index(self, device: str) -> PinIndex | None:
+        if device not in self._pins:
+            from .env import current_environment
+
+            env = current_environment(device)  # inside the compile: the job's real config
+            results = self._call(lambda store: store.results_for_env(env))
+            self._pins[device] = PinIndex(results) if results else None
+        return self._pins[device]
+
+    # --- pointwise/reduction configs -------------------------------------------------
+    def load_kernel_configs(self, device: str) -> None:
+        """Write the stored configs for device into Inductor's cache dir, before any compile."""
+        from . import kernel_configs
+        from .env import kernel_config_environment
+
+        if not self.settings.kernel_configs:
+            return
+        env = kernel_config_environment(device)
+        configs = self._call(lambda store: store.kernel_configs(env, kernel_configs.PREFIX))
+        if configs:
+            try:
+                self.stats.kernel_configs_loaded += kernel_configs.materialize(configs)
+            except OSError as exc:
+                self._disable(exc)
+
+    def save_kernel_config(self, device: str, key: str, value: dict[str, Any]) -> None:
+        """Copy one config Inductor just tuned into the store, without waiting for it."""
+        from .env import kernel_config_environment
+
+        if self._disabled or not self.settings.write_back or self.settings.read_only:
+            return
+        env = kernel_config_environment(device)
+
+        def put() -> None:
+            try:
+                self._open().put_kernel_configs(env, {key: value})
+                self.stats.kernel_configs_saved += 1
+                if len(self.stats.saved_keys) < 64 and key not in self.stats.saved_keys:
+                    self.stats.saved_keys.append(key)
+            except Exception as exc:
+                self._disable(exc)
+
+        self._writer.submit(put)
+
+    def flush(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every queued kernel config copy is written."""
+        try:
+            self._writer.submit(lambda: None).result(timeout=timeout)
+        except Exception as exc:
+            self._disable(exc)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+        self._writer.shutdown(wait=False)  # queued writes still finish; a hung database never blocks uninstall
         if self._store is not None:
             try:
                 self._store.close()
@@ -196,19 +282,30 @@ class ServePolicy:
 class WarmStart:
     """The handle ``warm_start()`` returns: stats, uninstall, and a context manager."""
 
+    # Inductor's benchmark_epilogue_fusion is left as the job has it (on, on GPUs):
+    # whether a winning template should absorb its neighbours depends on the
+    # graph, which an isolated tuning cannot see (on an H200 turning it off made
+    # a transformer 29% slower). With pinning it weighs one template against ATen.
     def __init__(self, policy: ServePolicy) -> None:
-        from torch._inductor import config
-
         from .env import pin_triton_toolchain
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy
         self._selector = install(policy)
-        # The sweep chose winners without benchmarking epilogue fusions (which happen
-        # in the scheduler, outside any lookup); do the same so a hit benchmarks nothing.
-        self._saved_config = {"benchmark_epilogue_fusion": config.benchmark_epilogue_fusion}
-        config.benchmark_epilogue_fusion = False
+        self._kernel_device = _triton_device() if policy.settings.kernel_configs else None
+        if self._kernel_device is not None:
+            self._serve_kernel_configs(policy, self._kernel_device)
         self.installed = True
+
+    @staticmethod
+    def _serve_kernel_configs(policy: ServePolicy, device: str) -> None:
+        from . import kernel_configs
+
+        loader = threading.Thread(target=policy.load_kernel_configs, args=(device,),
+                                  name="autotune-kernel-configs", daemon=True)
+        loader.start()
+        kernel_configs.hold_compiles_until(lambda: loader.join(timeout=policy.settings.lookup_timeout + 10))
+        kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
 
     @property
     def stats(self) -> HookStats:
@@ -218,15 +315,20 @@ class WarmStart:
     def settings(self) -> Settings:
         return self._policy.settings
 
+    def flush(self) -> None:
+        """Finish writing the kernel configs tuned so far (a job may call this before it exits)."""
+        self._policy.flush(max(10.0, 5 * self.settings.lookup_timeout))
+
     def uninstall(self) -> None:
         global _active
         if not self.installed:
             return
-        from torch._inductor import config
-
         uninstall(self._selector)
-        for key, value in self._saved_config.items():
-            setattr(config, key, value)
+        if self._kernel_device is not None:
+            from . import kernel_configs
+
+            kernel_configs.release_compiles()
+            kernel_configs.pop()
         self._policy.close()
         self.installed = False
         if _active is self:
@@ -243,6 +345,13 @@ class WarmStart:
 
 
 _active: WarmStart | None = None
+
+
+def _triton_device() -> str | None:
+    """The device whose pointwise kernels Inductor tunes at run time (GPUs only)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
 
 
 def warm_start(

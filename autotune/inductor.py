@@ -26,6 +26,8 @@ from torch._inductor import select_algorithm as sa
 
 from cache.records import CandidateResult, InputLayout, TuningRequest
 
+from . import pinning
+
 log = logging.getLogger(__name__)
 
 Timings = dict[Any, float]  # ChoiceCaller -> ms
@@ -117,6 +119,7 @@ def choice_params(choice: Any) -> tuple[str | None, dict[str, Any]]:
             params.setdefault(key, _jsonable(value))
     if template_id is None and isinstance(choice, sa.TritonTemplateCaller):
         template_id = choice.name.rsplit("_", 1)[0]
+    params.update(pinning.pin_params(choice))
     return (str(template_id) if template_id is not None else None), params
 
 
@@ -266,12 +269,16 @@ def install(policy: LookupPolicy) -> Selector:
         selector.preprocessing_fns = list(previous.preprocessing_fns)
     _previous.append(previous)
     sa._ALGORITHM_SELECTOR_CACHE = selector
+    # Every policy gets pin digests on Triton choices; one that can answer from
+    # stored winners (the hook) also decides which configs are generated at all.
+    pinning.push(getattr(policy, "allow_template", None))
     return selector
 
 
 def uninstall(selector: Selector) -> None:
     if sa._ALGORITHM_SELECTOR_CACHE is selector and _previous:
         sa._ALGORITHM_SELECTOR_CACHE = _previous.pop()
+        pinning.pop()
 
 
 def benchmark_count() -> int:

@@ -70,6 +70,10 @@ class Settings:
     read_only: bool = False
     # Hook: seconds a cache lookup may take before it counts as a failure.
     lookup_timeout: float = 2.0
+    # Hook: on a hit, generate only the stored winner among Triton configs (not every loser).
+    pin: bool = True
+    # Hook: serve pointwise/reduction kernel configs (coordinate descent) from the cache too.
+    kernel_configs: bool = True
     # Device to capture and tune on: "cuda" or "cpu"; None picks cuda when present.
     device: str | None = None
     # Free-form Inductor config overrides, KEY=VALUE.

@@ -23,6 +23,7 @@ from cache.records import (
 from .capture import CaptureResult, capture_model
 from .modelfile import ModelFile, load_model_file, parse_config_overrides
 from .plan import Plan, make_plan, shape_summary
+from .pointwise import PointwiseProcess, PointwiseReport, PointwiseSpec
 from .settings import Settings
 
 if TYPE_CHECKING:  # Ray is imported only by sweeps that tune
@@ -82,7 +83,10 @@ class SweepReport:
     # From the sweep's start until Ray, the actors and their warm children were ready
     # (0.0 when nothing was tuned); it overlaps the capture.
     startup_seconds: float = 0.0
+    # From the pool being ready until the last GEMM result arrived.
+    tuning_seconds: float = 0.0
     dry_run: bool = False
+    pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
 
     def count(self, *statuses: str) -> int:
         return sum(1 for o in self.outcomes if o.status in statuses)
@@ -117,8 +121,10 @@ class SweepReport:
                 "failed": self.failed,
                 "capture_seconds": round(self.capture_seconds, 3),
                 "startup_seconds": round(self.startup_seconds, 3),
+                "tuning_seconds": round(self.tuning_seconds, 3),
                 "wall_seconds": round(self.wall_seconds, 3),
             },
+            "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "requests": [o.to_json() for o in self.outcomes],
         }
 
@@ -202,8 +208,17 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs)
 
 
+@dataclass
+class _Captured:
+    jobs: list[Any]
+    starter: PoolStarter | None
+    model: ModelFile
+    kwargs: dict[str, Any]  # capture's arguments: the pointwise pass compiles the same way
+    local: bool
+
+
 def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store: Any, report: SweepReport,
-                  began: float, progress: Progress) -> tuple[list[Any], PoolStarter | None]:
+                  began: float, progress: Progress) -> _Captured:
     """Capture and plan. A sweep that will tune starts its pool first, so that Ray's,
     the actors' and the children's start-up overlap the capture (the remote capture
     needs Ray and a GPU first, so there the pool waits)."""
@@ -228,7 +243,7 @@ def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store:
     report.outcomes += [Outcome(r, STATUS_CACHED) for r in plan.cached]
     jobs = [TuneJob(r, captured.env, settings.mode, captured.config_overrides, device, report.sweep_id)
             for r in plan.to_tune]
-    return jobs, starter
+    return _Captured(jobs, starter, model, kwargs, local)
 
 
 def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
@@ -286,8 +301,11 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
 
     jobs: list[Any] = []
     starter: PoolStarter | None = None
+    captured: _Captured | None = None
+    pointwise: PointwiseProcess | None = None
     if options.model_path is not None:
-        jobs, starter = _capture_jobs(options, settings, device, store, report, started, progress)
+        captured = _capture_jobs(options, settings, device, store, report, started, progress)
+        jobs, starter = captured.jobs, captured.starter
     try:
         if options.misses:
             known = {job.request.key for job in jobs}
@@ -296,12 +314,35 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             report.outcomes += [Outcome(job.request, "planned") for job in jobs]
         else:
             starter = starter or _start_pool(store, device, settings, started, len(jobs))
+            if captured is not None and _wants_pointwise(captured, options, settings, device):
+                pointwise = _pointwise_process(captured, options, settings)
             _tune(jobs, starter, device, settings, progress, report)
+    except BaseException:
+        if pointwise is not None:
+            pointwise.close()
+        raise
     finally:
         if starter is not None:  # also when nothing is left to tune: the early pool goes unused
             starter.close()
+    if pointwise is not None:
+        progress.stage("tuning pointwise/reduction kernels (one compile and run with the new winners)")
+        report.pointwise = pointwise.run(settings.request_timeout)
     report.wall_seconds = time.perf_counter() - started
     return report
+
+
+def _pointwise_process(captured: _Captured, options: SweepOptions, settings: Settings) -> PointwiseProcess:
+    kwargs = captured.kwargs
+    spec = PointwiseSpec(str(options.model_path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
+                         kwargs["inductor_config"], kwargs["train"], settings.cache)
+    return PointwiseProcess(spec)
+
+
+def _wants_pointwise(captured: _Captured, options: SweepOptions, settings: Settings, device: str) -> bool:
+    """Only GPUs tune pointwise kernels at run time; a host without the GPU (remote
+    capture) cannot run the model. Called only when there are GEMMs to tune: a sweep
+    that found everything cached keeps what is stored."""
+    return device == "cuda" and captured.local and settings.kernel_configs and not settings.read_only
 
 
 def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings, progress: Progress,
@@ -311,8 +352,10 @@ def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings
     # The pool was sized before the job count was known; the extra actors just stay idle.
     actors = max(1, min(len(pool.slots), len(jobs)))
     progress.start(len(jobs), f"tuning on {actors} {'GPU' if device == 'cuda' else 'CPU'} worker(s)")
+    tuning_began = time.perf_counter()
     for result in pool.run(jobs):
         outcome = Outcome(result.request, result.status, result)
         report.outcomes.append(outcome)
         progress.advance(outcome)
+    report.tuning_seconds = time.perf_counter() - tuning_began
     report.startup_seconds = starter.ready_seconds or 0.0

@@ -54,8 +54,19 @@ MODELS: dict[str, str] = {
     "gpt": "examples/gpt.py",
     "gpt2_hf": "examples/gpt2_hf.py",
 }
-SCENARIOS: tuple[str, ...] = ("default", "max-autotune-cold", "sweep", "warm-start")
-MODES: dict[str, str] = {"default": "default", "max-autotune-cold": "max-autotune", "warm-start": "max-autotune"}
+SCENARIOS: tuple[str, ...] = ("default", "max-autotune-cold", "sweep", "warm-start", "warm-start-unpinned",
+                              "warm-start-nofusion")
+# warm-start-unpinned: the hook without pinning and without pointwise configs (what
+# it did before both existed); it shows what those two save. warm-start-nofusion:
+# the hook with Inductor's epilogue-fusion benchmarks off. Not run unless named.
+DEFAULT_SCENARIOS: tuple[str, ...] = SCENARIOS[:4]
+MODES: dict[str, str] = {"default": "default", "max-autotune-cold": "max-autotune", "warm-start": "max-autotune",
+                         "warm-start-unpinned": "max-autotune", "warm-start-nofusion": "max-autotune"}
+WARM = ("warm-start", "warm-start-unpinned", "warm-start-nofusion")
+SCENARIO_ENV: dict[str, dict[str, str]] = {
+    "warm-start-unpinned": {"AUTOTUNE_PIN": "0", "AUTOTUNE_KERNEL_CONFIGS": "0"},
+    "warm-start-nofusion": {"TORCHINDUCTOR_BENCHMARK_EPILOGUE_FUSION": "0"},
+}
 LATENCY_TOLERANCE = 0.03  # warm-start latency may be at most 3% above max-autotune-cold
 TAIL_CHARS = 4000
 
@@ -93,6 +104,32 @@ def _inductor_counter(name: str) -> int:
     return int(counters["inductor"][name])
 
 
+def _compile_phases() -> str | None:
+    """Dynamo's own time per compile phase (where the first call's time went)."""
+    try:
+        from torch._dynamo.utils import compile_times
+
+        return str(compile_times(repr="str", aggregate=True))
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return None
+
+
+def _kernel_profile(call: Any, sync: Any, calls: int = 10, top: int = 40) -> list[dict[str, Any]]:
+    """GPU time per kernel and call, the largest first (to see which kernels differ)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        sync()
+    rows = []
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append({"kernel": event.key[:120], "us_per_call": us / calls, "launches_per_call": event.count / calls})
+    return sorted(rows, key=lambda r: -r["us_per_call"])[:top]
+
+
 def child_scenario(args: argparse.Namespace) -> int:
     """Compile one model one way in this (fresh) process and report one RESULT line."""
     result: dict[str, Any] = {"scenario": args.scenario, "model": args.model, "status": "error"}
@@ -118,7 +155,7 @@ def child_scenario(args: argparse.Namespace) -> int:
         with torch.no_grad():
             sync()
             start = time.perf_counter()
-            if args.scenario == "warm-start":
+            if args.scenario in WARM:
                 import autotune
 
                 handle = autotune.warm_start(args.cache)
@@ -148,6 +185,8 @@ def child_scenario(args: argparse.Namespace) -> int:
                     t0 = time.perf_counter()
                     call()
                     wall_ms.append((time.perf_counter() - t0) * 1e3)
+            if args.kernel_profile and device == "cuda":
+                result["kernels"] = _kernel_profile(call, sync)
         result.update(
             status="ok",
             device=device,
@@ -159,6 +198,8 @@ def child_scenario(args: argparse.Namespace) -> int:
             median_gpu_ms=statistics.median(gpu_ms) if gpu_ms else None,
             benchmarks=_inductor_counter("select_algorithm_autotune"),
             precompiles=_inductor_counter("select_algorithm_precompile"),
+            compile_phases=_compile_phases(),
+            cudagraph_skips=_inductor_counter("cudagraph_skips"),
         )
         if handle is not None:
             result["hook"] = handle.stats.as_dict()
@@ -306,12 +347,17 @@ def run_model_scenario(model: str, scenario: str, cache_url: str, tmp: Path, arg
                        log_path: Path | None) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "_scenario", "--model", model, "--scenario", scenario,
            "--runs", str(args.runs), "--warmup", str(args.warmup)]
-    if scenario == "warm-start":
+    warm = scenario in WARM
+    if warm:
         cmd += ["--cache", cache_url]
     if args.batch_size is not None:
         cmd += ["--batch-size", str(args.batch_size)]
-    done = _run(cmd, _child_env(tmp / scenario, cache_url if scenario == "warm-start" else None),
-                args.timeout, log_path)
+    if args.kernel_profile:
+        cmd += ["--kernel-profile"]
+    env = {**_child_env(tmp / scenario, cache_url if warm else None), **SCENARIO_ENV.get(scenario, {})}
+    if args.kernel_profile:
+        env["TORCH_LOGS"] = "perf_hints"  # why CUDA graphs were skipped, if they were
+    done = _run(cmd, env, args.timeout, log_path)
     payload = _marker_payload(done.stdout)
     if done.rc is None:
         result = {"status": "timeout", "error": f"timed out after {args.timeout:.0f} s"}
@@ -334,7 +380,7 @@ def run_sweep(model: str, cache_url: str, tmp: Path, args: argparse.Namespace,
     cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')",
            "sweep", model, "--cache", cache_url, "--json"]
     if args.batch_size is not None:
-        cmd += ["--batch-size", str(args.batch_size)]
+        cmd += ["--batch-sizes", str(args.batch_size)]
     cmd += list(args.sweep_arg or ())
     done = _run(cmd, _child_env(tmp / "sweep", cache_url), args.timeout, log_path)
     result: dict[str, Any] = {"scenario": "sweep", "command": "autotune " + " ".join(cmd[3:]),
@@ -350,6 +396,9 @@ def run_sweep(model: str, cache_url: str, tmp: Path, args: argparse.Namespace,
             tuned=totals.get("tuned"),
             failed=totals.get("failed"),
             device_name=report.get("device_name"),
+            startup_s=totals.get("startup_seconds"),
+            tuning_s=totals.get("tuning_seconds"),
+            pointwise=report.get("pointwise"),
         )
     if done.rc is None:
         result.update(status="timeout", error=f"timed out after {args.timeout:.0f} s")
@@ -430,6 +479,14 @@ def _hook_cell(r: dict[str, Any]) -> str:
     return "-"
 
 
+def _hook_notes(r: dict[str, Any]) -> str:
+    hook = r.get("hook") or {}
+    if not hook:
+        return ""
+    return (f"; {hook.get('configs_skipped', 0)} Triton configs not generated, "
+            f"{hook.get('kernel_configs_loaded', 0)} pointwise configs served")
+
+
 def _row(name: str, r: dict[str, Any] | None) -> list[str]:
     if r is None:
         return [name, "not run", "-", "-", "-", "-", ""]
@@ -437,11 +494,18 @@ def _row(name: str, r: dict[str, Any] | None) -> list[str]:
     if name == "sweep":
         first = _fmt(r.get("wall_s"), ".1f")
         notes = (f"found {r.get('found', '-')}, tuned {r.get('tuned', '-')}, failed {r.get('failed', '-')}, "
-                 f"cached {r.get('cached', '-')}; sweep's own wall {_fmt(r.get('sweep_wall_s'), '.1f')} s")
+                 f"cached {r.get('cached', '-')}; sweep's own wall {_fmt(r.get('sweep_wall_s'), '.1f')} s "
+                 f"(capture {_fmt(r.get('capture_s'), '.1f')} s, GEMM tuning {_fmt(r.get('tuning_s'), '.1f')} s")
+        pointwise = r.get("pointwise") or {}
+        if pointwise:
+            notes += (f", pointwise pass {_fmt(pointwise.get('seconds'), '.1f')} s storing "
+                      f"{pointwise.get('saved', 0)} configs")
+        notes += ")"
         bench = _fmt(r.get("tuned"), "d")
     else:
         first = _fmt(r.get("first_call_s"), ".1f")
         notes = f"gpu {_fmt(r.get('median_gpu_ms'), '.3f')} ms" if r.get("median_gpu_ms") is not None else ""
+        notes += _hook_notes(r)
         bench = _fmt(r.get("benchmarks"), "d")
     if status != "ok":
         error = str(r.get("error", "")).replace("|", "\\|").replace("\n", " ")[:200]
@@ -479,7 +543,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                   "| scenario | status | first call s | median ms | benchmarks | hits/misses | notes |",
                   "| --- | --- | ---: | ---: | ---: | --- | --- |"]
         for name in SCENARIOS:
-            lines.append("| " + " | ".join(_row(name, results.get(name))) + " |")
+            if name in DEFAULT_SCENARIOS or name in results:
+                lines.append("| " + " | ".join(_row(name, results.get(name))) + " |")
         lines += ["", "| ratio | goal | value | verdict |", "| --- | --- | ---: | --- |"]
         for goal in goals(results):
             lines.append(f"| {goal['name']} | {goal['goal']} | {_fmt(goal['value'], '.2f')} | {_met(goal['met'])} |")
@@ -536,7 +601,7 @@ def _scenario_list(raw: str) -> list[str]:
 def benchmark(args: argparse.Namespace) -> int:
     models = _model_list(args.models)
     scenarios = _scenario_list(args.scenarios)
-    if "warm-start" in scenarios and "sweep" not in scenarios and not args.cache:
+    if any(s in WARM for s in scenarios) and "sweep" not in scenarios and not args.cache:
         log.warning("warm-start needs a filled cache: adding the sweep scenario (or pass --cache URL)")
         scenarios = [s for s in SCENARIOS if s in scenarios or s == "sweep"]
     out = Path(args.out)
@@ -613,8 +678,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated model names ({', '.join(MODELS)}) or model file paths "
                         "(default: all three)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help=f"comma-separated subset of {', '.join(SCENARIOS)} (default: all); "
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help=f"comma-separated subset of {', '.join(SCENARIOS)} (default: the first four); "
                         "warm-start without sweep adds the sweep unless --cache is given")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"),
                         help="directory for compile_time_<gpu>.md/.json (default: benchmarks/results)")
@@ -632,6 +697,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="overwrite the results files instead of merging into them")
     parser.add_argument("--log-dir", default=None, help="write each child's full stdout/stderr here")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the per-model temporary caches")
+    parser.add_argument("--kernel-profile", action="store_true",
+                        help="also record GPU time per kernel (10 profiled calls after the timed ones)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -645,6 +712,7 @@ def _child_parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--warmup", type=int, default=10)
         parser.add_argument("--batch-size", type=int, default=None)
         parser.add_argument("--cache", default=None)
+        parser.add_argument("--kernel-profile", action="store_true")
     return parser
 
 

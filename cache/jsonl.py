@@ -1,8 +1,10 @@
 """Versioned JSON Lines export/import format of the cache.
 
-Line 1 is a header ``{"format": "autotune-cache", "version": 1}``; every other
-line is one ``TuningResult.to_json()``. Import validates the whole file before
-writing anything, so a bad line leaves the cache untouched.
+Line 1 is a header ``{"format": "autotune-cache", "version": 2}``; every other
+line is one ``TuningResult.to_json()`` or, since version 2, one pointwise/reduction
+kernel config ``{"kernel_config": {"env": ..., "key": ..., "value": {...}}}``.
+Version 1 files (results only) are still read. Import validates the whole file
+before writing anything, so a bad line leaves the cache untouched.
 """
 
 from __future__ import annotations
@@ -10,14 +12,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
 from cache.errors import ImportValidationError
-from cache.records import FAILURE_KINDS, STATUSES, TuningResult
+from cache.records import FAILURE_KINDS, STATUSES, Environment, TuningResult
 
 FORMAT = "autotune-cache"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # A field's accepted types; None in the tuple means JSON null is allowed.
 _Spec = dict[str, tuple[tuple[Any, ...], bool]]  # name -> (types, required)
@@ -79,26 +83,47 @@ _RESULT: _Spec = {
 }
 
 
+@dataclass(frozen=True)
+class KernelConfig:
+    """One stored pointwise/reduction kernel config (plain JSON data)."""
+
+    env: Environment
+    key: str
+    value: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel_config": {"env": self.env.to_json(), "key": self.key, "value": self.value}}
+
+
+@dataclass
+class Contents:
+    results: list[TuningResult] = field(default_factory=list)
+    kernel_configs: list[KernelConfig] = field(default_factory=list)
+
+
 def header() -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION}
 
 
-def dumps(result: TuningResult) -> str:
-    return json.dumps(result.to_json(), separators=(",", ":"))
+def dumps(record: TuningResult | KernelConfig) -> str:
+    return json.dumps(record.to_json(), separators=(",", ":"))
 
 
-def write(fp: IO[str], results: Iterable[TuningResult]) -> int:
+def write(fp: IO[str], results: Iterable[TuningResult], kernel_configs: Iterable[KernelConfig] = ()) -> int:
+    """Write the header, the results, then the kernel configs; returns the result count."""
     fp.write(json.dumps(header()) + "\n")
     count = 0
     for result in results:
         fp.write(dumps(result) + "\n")
         count += 1
+    for config in kernel_configs:
+        fp.write(dumps(config) + "\n")
     return count
 
 
-def read(fp: IO[str]) -> list[TuningResult]:
+def read(fp: IO[str]) -> Contents:
     """Parse and validate every line; raise ImportValidationError at the first bad one."""
-    results: list[TuningResult] = []
+    contents = Contents()
     seen_header = False
     for number, line in enumerate(fp, start=1):
         if not line.strip():
@@ -109,12 +134,23 @@ def read(fp: IO[str]) -> list[TuningResult]:
             seen_header = True
             continue
         try:
-            results.append(parse_result(data))
+            if isinstance(data, dict) and "kernel_config" in data:
+                contents.kernel_configs.append(parse_kernel_config(data["kernel_config"]))
+            else:
+                contents.results.append(parse_result(data))
         except (ValueError, TypeError, KeyError) as exc:
             raise ImportValidationError(number, str(exc)) from None
     if not seen_header:
         raise ImportValidationError(1, f"empty file: expected a header line {json.dumps(header())}")
-    return results
+    return contents
+
+
+def parse_kernel_config(data: Any) -> KernelConfig:
+    _check(data, {"env": ((dict,), True), "key": (_STR, True), "value": ((dict,), True)}, "kernel_config")
+    _check(data["env"], _ENV, "kernel_config.env")
+    if not data["key"]:
+        raise ValueError("kernel_config.key must not be empty")
+    return KernelConfig(Environment.from_json(data["env"]), data["key"], data["value"])
 
 
 def _parse_json(line: str, number: int) -> Any:
@@ -130,9 +166,10 @@ def _check_header(data: Any, number: int) -> None:
             number, f'not an autotune cache export: the first line must be {json.dumps(header())}'
         )
     version = data.get("version")
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise ImportValidationError(
-            number, f"unsupported format version {version!r} (this autotune reads version {VERSION})"
+            number, f"unsupported format version {version!r} (this autotune reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))})"
         )
 
 

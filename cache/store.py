@@ -101,6 +101,7 @@ _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 class ImportReport:
     imported: int  # results written (new or changed)
     unchanged: int  # results already stored with the same values
+    kernel_configs: int = 0  # pointwise/reduction configs written (replacing equal keys)
 
     @property
     def total(self) -> int:
@@ -506,19 +507,7 @@ class Store:
         """Store a data-only config (JSON object) under (env, key), replacing any old one."""
         if not isinstance(value, dict):
             raise TypeError(f"kernel config value must be a dict, got {type(value).__name__}")
-        value = _json_safe(value, "value")
-
-        def work(conn: Connection) -> None:
-            row = {"env_id": self._env_id_for_write(conn, env), "key": key}
-            insert = self._insert(K).values(**row, value=value, updated_at=utcnow())
-            conn.execute(
-                insert.on_conflict_do_update(
-                    index_elements=[K.c.env_id, K.c.key],
-                    set_={"value": insert.excluded.value, "updated_at": insert.excluded.updated_at},
-                )
-            )
-
-        self._write(work)
+        self.put_kernel_configs(env, {key: value})
 
     @_db_errors
     def prune(
@@ -675,6 +664,63 @@ class Store:
         return self._read(work)
 
     @_db_errors
+    def results_for_env(self, env: Environment, status: str | None = STATUS_OK) -> list[TuningResult]:
+        """Every result stored for env (status ok unless told), with candidates.
+
+        The warm-start hook reads this once per process to learn which Triton
+        configs won, so it can skip generating the ones that lost.
+        """
+
+        def work(conn: Connection) -> list[TuningResult]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return []
+            query = select(R).where(R.c.env_id == env_id).order_by(R.c.id)
+            if status:
+                query = query.where(R.c.status == status)
+            return [result for _, result in self._results_for(conn, query)]
+
+        return self._read(work)
+
+    @_db_errors
+    def kernel_configs(self, env: Environment, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """Every kernel config stored for env whose key starts with prefix."""
+
+        def work(conn: Connection) -> dict[str, dict[str, Any]]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return {}
+            query = select(K.c.key, K.c.value).where(K.c.env_id == env_id)
+            if prefix:
+                query = query.where(K.c.key.startswith(prefix, autoescape=True))
+            return {key: value for key, value in conn.execute(query)}
+
+        return self._read(work)
+
+    @_db_errors
+    def put_kernel_configs(self, env: Environment, items: dict[str, dict[str, Any]]) -> int:
+        """Store many data-only configs for env in one transaction; returns how many."""
+        for key, value in items.items():
+            if not isinstance(value, dict):
+                raise TypeError(f"kernel config {key!r} must be a dict, got {type(value).__name__}")
+        rows = [(key, _json_safe(value, "value")) for key, value in items.items()]
+        if not rows:
+            return 0
+
+        def work(conn: Connection) -> int:
+            env_id = self._env_id_for_write(conn, env)
+            now = utcnow()
+            for key, value in rows:
+                insert = self._insert(K).values(env_id=env_id, key=key, value=value, updated_at=now)
+                conn.execute(insert.on_conflict_do_update(
+                    index_elements=[K.c.env_id, K.c.key],
+                    set_={"value": insert.excluded.value, "updated_at": insert.excluded.updated_at},
+                ))
+            return len(rows)
+
+        return self._write(work)
+
+    @_db_errors
     def get_kernel_config(self, env: Environment, key: str) -> dict[str, Any] | None:
         def work(conn: Connection) -> dict[str, Any] | None:
             env_id = self._env_id(conn, env)
@@ -746,8 +792,17 @@ class Store:
 
     @_db_errors
     def export_jsonl(self, fp: IO[str]) -> int:
-        """Write a header line and one TuningResult per line; returns the result count."""
-        return jsonl.write(fp, (result for _, result in self.iter_results()))
+        """Write a header line, one TuningResult per line, then every kernel config;
+        returns the result count."""
+        return jsonl.write(fp, (result for _, result in self.iter_results()), self._all_kernel_configs())
+
+    def _all_kernel_configs(self) -> list[jsonl.KernelConfig]:
+        def work(conn: Connection) -> list[jsonl.KernelConfig]:
+            envs = {e.id: _env_from_row(e) for e in conn.execute(select(E))}
+            rows = conn.execute(select(K.c.env_id, K.c.key, K.c.value).order_by(K.c.id))
+            return [jsonl.KernelConfig(envs[row.env_id], row.key, row.value) for row in rows]
+
+        return self._read(work)
 
     @_db_errors
     def import_jsonl(self, fp: IO[str]) -> ImportReport:
@@ -757,13 +812,17 @@ class Store:
         anything if any line is bad.
         """
         self._require_writable("import into")
-        results = jsonl.read(fp)
-        unique = {(r.env.key, r.request.key): r for r in results}
+        contents = jsonl.read(fp)
+        unique = {(r.env.key, r.request.key): r for r in contents.results}
         ordered = [unique[k] for k in sorted(unique)]
         imported = 0
         for batch in _chunks(ordered, _BATCH):
             imported += self._write(lambda conn, batch=batch: self._import_batch(conn, batch))
-        return ImportReport(imported=imported, unchanged=len(ordered) - imported)
+        by_env: dict[str, tuple[Environment, dict[str, dict[str, Any]]]] = {}
+        for config in contents.kernel_configs:
+            by_env.setdefault(config.env.key, (config.env, {}))[1][config.key] = config.value
+        configs = sum(self.put_kernel_configs(env, items) for env, items in by_env.values())
+        return ImportReport(imported=imported, unchanged=len(ordered) - imported, kernel_configs=configs)
 
     def _import_batch(self, conn: Connection, batch: Sequence[TuningResult]) -> int:
         now, written = utcnow(), 0

@@ -27,6 +27,7 @@ from cache import (
     resolve_cache_url,
 )
 from cache.models import Base
+from cache.records import STATUS_FAILED, STATUS_OK
 from cache.models import requests as requests_table
 from cache.schema import MIGRATIONS_DIR
 
@@ -144,6 +145,46 @@ def test_kernel_configs(store: Store) -> None:
     assert store.stats()["kernel_configs"] == 1
     with pytest.raises(TypeError):
         store.put_kernel_config(env, "k", {"fn": object()})
+
+
+def test_kernel_configs_in_bulk_by_prefix(store: Store) -> None:
+    env, other_env = make_env(), make_env(device_name="NVIDIA A100-SXM4-80GB")
+    items = {"best_config:ab/1.best_config": {"XBLOCK": 64}, "best_config:cd/2.best_config": {"XBLOCK": 32}}
+    assert store.put_kernel_configs(env, {**items, "other:x": {"a": 1}}) == 3
+    assert store.kernel_configs(env, "best_config:") == items
+    assert len(store.kernel_configs(env)) == 3
+    assert store.kernel_configs(env, "best%") == {}  # the prefix is literal, not a LIKE pattern
+    assert store.kernel_configs(other_env, "best_config:") == {}
+    store.put_kernel_configs(env, {"best_config:ab/1.best_config": {"XBLOCK": 128}})
+    assert store.kernel_configs(env, "best_config:ab")["best_config:ab/1.best_config"] == {"XBLOCK": 128}
+
+
+def test_export_import_carries_kernel_configs(store: Store, tmp_path: Path) -> None:
+    env = make_env()
+    store.put_result(make_result(env=env))
+    store.put_kernel_configs(env, {"best_config:ab/1.best_config": {"XBLOCK": 64, "num_warps": 4}})
+    exported = _export(store)
+    assert '"kernel_config"' in exported
+    target = Store(f"sqlite:///{tmp_path / 'other' / 'cache.db'}")
+    report = target.import_jsonl(io.StringIO(exported))
+    assert (report.imported, report.kernel_configs) == (1, 1)
+    assert target.kernel_configs(env) == {"best_config:ab/1.best_config": {"XBLOCK": 64, "num_warps": 4}}
+    target.close()
+
+
+def test_import_reads_version_1_files(store: Store) -> None:
+    line = json.dumps(make_result().to_json())
+    report = store.import_jsonl(io.StringIO(f'{{"format": "autotune-cache", "version": 1}}\n{line}\n'))
+    assert report.imported == 1
+
+
+def test_results_for_env_returns_ok_results_of_that_env_only(store: Store) -> None:
+    ok, other = make_result(), make_result(env=make_env(device_name="NVIDIA A100-SXM4-80GB"))
+    failed = make_result(request=make_request(op="bmm"), status=STATUS_FAILED)
+    store.put_results([ok, other, failed])
+    assert [r.request.key for r in store.results_for_env(ok.env)] == [ok.request.key]
+    assert {r.status for r in store.results_for_env(ok.env, status=None)} == {STATUS_OK, STATUS_FAILED}
+    assert store.results_for_env(make_env(torch_version="0.0")) == []
 
 
 def test_non_finite_json_values_are_stored_as_null(store: Store) -> None:
@@ -335,7 +376,7 @@ def test_export_import_round_trip_and_idempotent_reimport(store: Store, sqlite_u
     store.record_miss(make_env(), make_request(m=9))
     text = _export(store)
     lines = text.splitlines()
-    assert json.loads(lines[0]) == {"format": "autotune-cache", "version": 1}
+    assert json.loads(lines[0]) == {"format": "autotune-cache", "version": 2}
     assert len(lines) == 1 + len(results)
 
     # Into another store (on the other backend's default: an SQLite file).
@@ -376,7 +417,9 @@ def _bad_files() -> dict[str, tuple[str, int, str]]:
         "not json": (f"{header}\n{good}\n{{oops\n", 3, "not valid JSON"),
         "no header": (f"{good}\n", 1, "first line must be"),
         "empty": ("", 1, "empty file"),
-        "future version": (header.replace("1", "2") + f"\n{good}\n", 1, "unsupported format version 2"),
+        "future version": (header.replace("1", "99") + f"\n{good}\n", 1, "unsupported format version 99"),
+        "bad kernel config": (f'{header}\n{{"kernel_config": {{"env": {{}}, "key": "k", "value": {{}}}}}}\n', 2,
+                              "missing required field"),
         "missing field": (f"{header}\n{good}\n{edit(['request', 'op'], KeyError)}\n", 3, "missing required field 'op'"),
         "wrong type": (f"{header}\n{edit(['candidates', 0, 'time_ms'], 'fast')}\n", 2, "time_ms must be"),
         "bad status": (f"{header}\n{edit(['status'], 'great')}\n", 2, "status 'great' is not one of"),

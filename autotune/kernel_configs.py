@@ -1,0 +1,205 @@
+"""Pointwise and reduction kernel configs, kept in the SQL cache.
+
+Under max-autotune, Inductor tunes every generated pointwise/reduction Triton
+kernel the first time it runs (heuristic configs, then coordinate descent) and
+saves the winner as a small JSON file beside the kernel's source, usually
+``<cache dir>/<xx>/<hash>.best_config``, which it reads back before compiling
+the kernel again. The file's name is a hash of the kernel source and torch's
+own key, so its path under the cache dir is a portable key (Inductor's
+Mega-cache keys them the same way).
+
+The hook copies each file Inductor saves into the ``kernel_configs`` table
+(data only: tile sizes, warps, stages) and, on a fresh node, writes the stored
+ones back into the cache dir before the first compile. Inductor then compiles
+each kernel once, with its tuned config, and tunes nothing.
+
+The files are read inside Inductor's compile subprocesses too, which is why
+this writes files rather than patching a cache class in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Callable
+
+from .patching import StackedPatch
+
+log = logging.getLogger(__name__)
+
+PREFIX = "best_config:"
+SUFFIX = ".best_config"
+
+Saver = Callable[[str, dict[str, Any]], None]  # (key, config)
+
+_waiters: list[Callable[[], None]] = []
+_original_triton: Any = None
+_original_coordesc: Any = None
+
+
+def key_for(path: str, root: str | None = None) -> str | None:
+    """The portable key of a local .best_config path: its path under the cache dir.
+
+    None for a file outside the cache dir (no other node would look for it there).
+    """
+    root = os.path.realpath(root or inductor_cache_dir())
+    relative = os.path.relpath(os.path.realpath(path), root)
+    if relative.startswith(os.pardir) or os.path.isabs(relative):
+        return None
+    return PREFIX + relative.replace(os.sep, "/")
+
+
+def path_for(key: str, root: str) -> str | None:
+    """Where a stored key goes under root; None for anything that is not a plain key."""
+    if not key.startswith(PREFIX):
+        return None
+    parts = key[len(PREFIX):].split("/")
+    if not parts[-1].endswith(SUFFIX) or len(parts) > 4:
+        return None
+    if any(not p or p in (".", "..") or os.sep in p or (os.altsep and os.altsep in p) for p in parts):
+        return None  # data from a shared database never chooses a path outside the cache dir
+    return os.path.join(root, *parts)
+
+
+def inductor_cache_dir() -> str:
+    from torch._inductor.runtime.runtime_utils import cache_dir
+
+    return cache_dir()
+
+
+def materialize(configs: dict[str, dict[str, Any]], root: str | None = None) -> int:
+    """Write stored configs as Inductor's local files; existing files are kept. Returns how many."""
+    root = root or inductor_cache_dir()
+    written = 0
+    for key, value in configs.items():
+        path = path_for(key, root)
+        if path is None or not isinstance(value, dict) or os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(value, handle)
+        os.replace(temporary, path)  # atomic: a compile worker never reads half a file
+        written += 1
+    return written
+
+
+def _read_saved(cache: Any) -> tuple[str, dict[str, Any]] | None:
+    local = getattr(cache, "local_cache", None)
+    if not local:
+        return None
+    path = local[1]
+    key = key_for(path)
+    try:
+        with open(path) as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return (key, value) if key is not None and isinstance(value, dict) else None
+
+
+def _patched_save(original: Any, patch: StackedPatch[Saver]) -> Any:
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outcome = original(self, *args, **kwargs)
+        saver = patch.top
+        if saver is not None:
+            try:
+                saved = _read_saved(self)
+                if saved is not None:
+                    saver(*saved)
+            except Exception:  # keeping a copy must never break the kernel's run
+                log.debug("could not copy a tuned kernel config", exc_info=True)
+        return outcome
+
+    return save
+
+
+def _autotune_cache_class() -> type:
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    return AutotuneCache
+
+
+_SAVE: StackedPatch[Saver] = StackedPatch(_autotune_cache_class, "save", _patched_save)
+
+
+def push(saver: Saver) -> None:
+    """Send every config Inductor saves from now on to ``saver`` as well, and trust
+    the configs it reads from its cache (see ``_trust_cached_configs``)."""
+    _SAVE.push(saver)
+    _trust_cached_configs(True)
+
+
+def pop() -> None:
+    _SAVE.pop()
+    if _SAVE.top is None:
+        _trust_cached_configs(False)
+
+
+def _trust_cached_configs(on: bool) -> None:
+    """Do not run coordinate descent again on a kernel whose config came from the cache.
+
+    Inductor (2.11) re-runs it when the cached config is also one of the kernel's
+    heuristic configs (coordinate descent found nothing better): the compiled
+    heuristic config lacks the "found by coordesc" mark. On an H200 that was 5 of
+    ResNet-18's 17 kernels and 4 s of a warm compile, for the same answer.
+    """
+    global _original_coordesc
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # no Triton: nothing is tuned at run time
+        return
+    if on and _original_coordesc is None:
+        original = _original_coordesc = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+
+        def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+            info = getattr(self, "autotune_cache_info", None) or {}
+            if info.get("autotune_cache_state") == "hit":
+                try:
+                    launcher.config.found_by_coordesc = True
+                except AttributeError:
+                    pass
+                return launcher
+            return original(self, launcher, *args, **kwargs)
+
+        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    elif not on and _original_coordesc is not None:
+        CachingAutotuner.coordinate_descent_tuning = _original_coordesc
+        _original_coordesc = None
+
+
+def hold_compiles_until(ready: Callable[[], None]) -> None:
+    """Run ``ready()`` before Inductor compiles its next Triton kernel.
+
+    The hook loads the stored configs in the background (reading the database
+    and computing the environment key take a second or more on a GPU node) while
+    Dynamo traces and Inductor lowers; the files only have to exist before the
+    first kernel is handed to the compile workers, which read them.
+    """
+    global _original_triton
+    from torch._inductor.async_compile import AsyncCompile
+
+    _waiters.append(ready)
+    if _original_triton is not None:
+        return
+    original = _original_triton = AsyncCompile.__dict__["triton"]
+
+    def triton(self: Any, *args: Any, **kwargs: Any) -> Any:
+        while _waiters:
+            _waiters.pop()()
+        return original(self, *args, **kwargs)
+
+    AsyncCompile.triton = triton
+
+
+def release_compiles() -> None:
+    """Undo ``hold_compiles_until`` (after waiting for anything still pending)."""
+    global _original_triton
+    from torch._inductor.async_compile import AsyncCompile
+
+    while _waiters:
+        _waiters.pop()()
+    if _original_triton is not None:
+        AsyncCompile.triton = _original_triton
+        _original_triton = None

@@ -1,0 +1,174 @@
+"""The sweep's last step on GPUs: tune the pointwise/reduction kernels once, for everyone.
+
+Which pointwise kernels a model has depends on which GEMMs won (a winning
+Triton template absorbs its epilogue), so this runs after the GEMM requests are
+tuned: one compile with the warm-start hook (every GEMM a hit) and one run, in
+which Inductor tunes each pointwise/reduction kernel as max-autotune does, and
+the hook copies each winning config into the cache. A job on a fresh node then
+compiles with those configs and tunes nothing.
+
+It runs in its own fresh process (``python -m autotune.pointwise``), as a job
+would: in the sweep's process, which has compiled the model once already for
+capture, some kernels came out with different source (so different keys) on an
+H200. The process starts while the GEMMs are tuned (imports, CUDA, the model),
+then waits for the word to go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from .capture import _run_once, fresh_inductor
+from .modelfile import ModelFile
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PointwiseReport:
+    saved: int = 0  # kernel configs copied into the cache
+    loaded: int = 0  # already there from an earlier sweep or job
+    gemm_hits: int = 0
+    gemm_misses: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    saved_keys: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def tune_pointwise(
+    model: ModelFile,
+    settings: Settings,
+    *,
+    batch_sizes: tuple[int | None, ...],
+    mode: str,
+    inductor_config: dict[str, Any] | None,
+    train: bool,
+    device: str,
+) -> PointwiseReport:
+    """Compile and run ``model`` once per batch size with the hook installed. Never raises."""
+    import torch
+
+    from .hook import warm_start
+
+    report = PointwiseReport()
+    started = time.perf_counter()
+    try:
+        for batch_size in batch_sizes:
+            module, inputs = model.build(batch_size)
+            overrides = {**model.config_overrides, **(inductor_config or {})}
+            # Fresh Inductor dirs: every kernel is compiled and tuned here, none reused.
+            with fresh_inductor(overrides), warm_start(settings.cache, settings=settings) as handle:
+                _run_once(module, inputs, mode, train, device)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                handle.flush()
+            stats = handle.stats
+            report.saved += stats.kernel_configs_saved
+            report.loaded += stats.kernel_configs_loaded
+            report.gemm_hits += stats.hits
+            report.gemm_misses += stats.misses
+            report.saved_keys += [k for k in stats.saved_keys if k not in report.saved_keys]
+    except Exception as exc:  # the GEMM results are stored already; this step is a bonus
+        log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
+        report.error = f"{type(exc).__name__}: {exc}"
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# ------------------------------------------------------------------ the process
+
+_RESULT = "POINTWISE "
+
+
+@dataclass
+class PointwiseSpec:
+    """Everything the process needs, as plain data (it travels in argv)."""
+
+    model_path: str
+    entry: str
+    batch_sizes: list[int | None]
+    mode: str
+    inductor_config: dict[str, Any]
+    train: bool
+    cache: str | None
+    device: str = "cuda"
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+class PointwiseProcess:
+    """The fresh process: started early, told to go once the GEMM winners are stored."""
+
+    def __init__(self, spec: PointwiseSpec) -> None:
+        from workers.child import clean_environment
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=clean_environment(),
+                                     text=True)
+
+    def run(self, timeout: float) -> PointwiseReport:
+        """Go, wait for the report (at most ``timeout`` s). Never raises."""
+        started = time.perf_counter()
+        try:
+            stdout, _ = self.proc.communicate(input="go\n", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return PointwiseReport(error=f"timed out after {timeout:.0f} s", seconds=timeout)
+        except (OSError, ValueError) as exc:  # it died while starting: a closed pipe
+            self.close()
+            return PointwiseReport(error=f"the process died: {exc}", seconds=time.perf_counter() - started)
+        for line in reversed(stdout.splitlines()):
+            if line.startswith(_RESULT):
+                return PointwiseReport(**json.loads(line[len(_RESULT):]))
+        return PointwiseReport(error=f"the process exited {self.proc.returncode} without a report",
+                               seconds=time.perf_counter() - started)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
+    import torch
+
+    from .env import pin_triton_toolchain
+    from .modelfile import load_model_file
+
+    pin_triton_toolchain()
+    model = load_model_file(spec.model_path, spec.entry)
+    if spec.device == "cuda":
+        torch.cuda.init()
+    if go.readline().strip() != "go":  # the sweep ended without storing winners
+        return PointwiseReport(error="cancelled")
+    settings = Settings.from_env(cache=spec.cache)
+    return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
+                          inductor_config=spec.inductor_config, train=spec.train, device=spec.device)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    spec = PointwiseSpec(**json.loads(argv[0]))
+    try:
+        report = _serve(spec, sys.stdin)
+    except Exception as exc:  # a model that fails to load here loaded fine in capture: report, do not crash
+        report = PointwiseReport(error=f"{type(exc).__name__}: {exc}")
+    sys.stdout.write(_RESULT + json.dumps(report.to_json()) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # compile workers and CUDA teardown are not worth waiting for
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

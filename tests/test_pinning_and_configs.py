@@ -1,0 +1,128 @@
+"""Pinning stored winners and serving pointwise/reduction configs (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from factories import make_result
+from torch._inductor import select_algorithm as sa
+from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+from autotune import kernel_configs, pinning
+from autotune.hook import ServePolicy
+from autotune.settings import Settings
+from cache import Store
+from cache.records import CandidateResult, TuningResult
+
+
+def _with_pins(result: TuningResult, family: str) -> TuningResult:
+    """The result with pin digests on its Triton candidates, as a worker stores them."""
+    candidates = tuple(
+        CandidateResult(**{**c.__dict__, "params": {**c.params, pinning.PIN_FAMILY: family,
+                                                     pinning.PIN_KEY: f"key-{i}"}})
+        if c.kind == "triton" else c
+        for i, c in enumerate(result.candidates)
+    )
+    return TuningResult(**{**result.__dict__, "candidates": candidates})
+
+
+def test_pin_index_generates_only_stored_winners_and_leaves_unknown_families_alone() -> None:
+    triton_wins = _with_pins(make_result(times=[1.0, 0.5, 0.3, 0.9]), "fam-a")  # candidate 2 wins
+    aten_wins = _with_pins(make_result(times=[0.1, 0.5, 0.3, 0.9]), "fam-b")
+    index = pinning.PinIndex([triton_wins, aten_wins])
+    assert index.allows(pinning.Pin("cuda", "fam-a", "key-2"))
+    assert not index.allows(pinning.Pin("cuda", "fam-a", "key-1"))
+    assert not index.allows(pinning.Pin("cuda", "fam-b", "key-2"))  # ATen won: no Triton config at all
+    assert index.allows(pinning.Pin("cuda", "fam-unknown", "key-1"))  # a miss: Inductor tunes as usual
+
+
+def test_pinning_patch_is_removed_with_the_last_selector() -> None:
+    original = sa.TritonTemplate.__dict__["generate"]
+    pinning.push(None)
+    pinning.push(lambda pin: False)
+    assert sa.TritonTemplate.__dict__["generate"] is not original
+    pinning.pop()
+    assert sa.TritonTemplate.__dict__["generate"] is not original
+    pinning.pop()
+    assert sa.TritonTemplate.__dict__["generate"] is original
+
+
+def test_served_policy_counts_skipped_configs(sqlite_url: str) -> None:
+    store = Store(sqlite_url)
+    result = _with_pins(make_result(times=[1.0, 0.5, 0.3, 0.9]), "fam-a")
+    store.put_result(result)
+    policy = ServePolicy(Settings(cache=sqlite_url))
+    policy._pins["cuda"] = pinning.PinIndex(store.results_for_env(result.env))
+    assert policy.allow_template(pinning.Pin("cuda", "fam-a", "key-2"))
+    assert not policy.allow_template(pinning.Pin("cuda", "fam-a", "key-3"))
+    assert policy.stats.configs_skipped == 1
+    unpinned = ServePolicy(Settings(cache=sqlite_url, pin=False))
+    unpinned._pins["cuda"] = policy._pins["cuda"]
+    assert unpinned.allow_template(pinning.Pin("cuda", "fam-a", "key-3"))
+    policy.close()
+    unpinned.close()
+
+
+def _tuned_config() -> SimpleNamespace:
+    # Inductor saves a triton.Config; Triton is not installed on CPU machines, and
+    # save() reads only these attributes.
+    return SimpleNamespace(kwargs={"XBLOCK": 64, "R0_BLOCK": 8}, num_warps=4, num_stages=1)
+
+
+@pytest.mark.parametrize("kernel", ["ab/cabcdef0123.py", "cabcdef0123.py"])
+def test_a_config_saved_on_one_node_is_read_by_inductor_on_another(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    node_a, node_b = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(node_a))  # node A's Inductor cache
+    saved: dict[str, dict] = {}
+    kernel_configs.push(lambda key, value: saved.__setitem__(key, value))
+    try:
+        # Inductor names kernel files by a hash of their source, usually one level down.
+        tuned = AutotuneCache.create({"autotune_local_cache": True}, str(node_a / kernel), "configs-hash")
+        tuned.save(_tuned_config(), 5_000_000, found_by_coordesc=True)
+        outside = AutotuneCache.create({"autotune_local_cache": True}, str(tmp_path / "x" / kernel), "h")
+        outside.save(_tuned_config(), 5_000_000)  # not under the cache dir: nobody would find it
+    finally:
+        kernel_configs.pop()
+    assert len(saved) == 1 and next(iter(saved)).startswith(kernel_configs.PREFIX), saved
+
+    store = Store(sqlite_url)
+    env = make_result().env
+    store.put_kernel_configs(env, saved)
+    assert kernel_configs.materialize(store.kernel_configs(env, kernel_configs.PREFIX), root=str(node_b)) == 1
+    fresh = AutotuneCache.create({"autotune_local_cache": True}, str(node_b / kernel), "configs-hash")
+    best = fresh.read_best({}, [_tuned_config()])
+    assert best is not None and best.kwargs["XBLOCK"] == 64 and best.num_warps == 4
+
+
+def test_materialize_keeps_existing_files_and_refuses_paths_outside_the_cache(tmp_path: Path) -> None:
+    good = f"{kernel_configs.PREFIX}ab/123.best_config"
+    bad = [f"{kernel_configs.PREFIX}../123.best_config", f"{kernel_configs.PREFIX}ab/../../x.best_config",
+           f"{kernel_configs.PREFIX}/etc/passwd", f"{kernel_configs.PREFIX}ab/123.py", "other:ab/1.best_config"]
+    configs = {good: {"XBLOCK": 1}, **{key: {"XBLOCK": 2} for key in bad}}
+    assert kernel_configs.materialize(configs, root=str(tmp_path)) == 1
+    assert kernel_configs.materialize({good: {"XBLOCK": 3}}, root=str(tmp_path)) == 0
+    assert json.loads((tmp_path / "ab" / "123.best_config").read_text()) == {"XBLOCK": 1}
+    assert sorted(os.listdir(tmp_path)) == ["ab"]
+
+
+def test_policy_copies_configs_into_the_store_and_back(tmp_path: Path, sqlite_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = ServePolicy(Settings(cache=sqlite_url))
+    key = f"{kernel_configs.PREFIX}cd/456.best_config"
+    writer.save_kernel_config("cpu", key, {"XBLOCK": 32, "num_warps": 2})
+    writer.close()
+    writer._writer.shutdown(wait=True)
+    assert writer.stats.kernel_configs_saved == 1
+
+    reader = ServePolicy(Settings(cache=sqlite_url))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a fresh node's Inductor cache
+    reader.load_kernel_configs("cpu")
+    reader.close()
+    assert reader.stats.kernel_configs_loaded == 1
+    assert json.loads((tmp_path / "cd" / "456.best_config").read_text()) == {"XBLOCK": 32, "num_warps": 2}
