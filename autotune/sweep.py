@@ -222,7 +222,7 @@ def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store:
     """Capture and plan. A sweep that will tune starts its pool first, so that Ray's,
     the actors' and the children's start-up overlap the capture (the remote capture
     needs Ray and a GPU first, so there the pool waits)."""
-    from workers.tune import TuneJob
+    from workers.jobs import TuneJob
 
     model, kwargs = _load(options, settings, device)  # bad input fails here, before any Ray start
     local = _captures_here(device)
@@ -269,7 +269,7 @@ def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str,
 
 def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> list[Any]:
     """Jobs for every logged miss from a machine like this one (any config)."""
-    from workers.tune import TuneJob
+    from workers.jobs import TuneJob
 
     from .env import current_environment
 

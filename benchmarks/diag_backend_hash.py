@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROBE = r"""
 import hashlib, json, os, sys
 import torch
-import workers.tune  # what a tuning child imports first
+import workers.tune  # noqa: F401  what a tuning child imports first
 from torch._inductor.runtime.triton_compat import triton_key
 from torch.utils._triton import triton_backend, triton_hash_with_backend
 b = triton_backend()

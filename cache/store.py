@@ -272,6 +272,11 @@ class Store:
         _install_sqlite_hooks(engine, wal=not self.read_only)
         return engine
 
+    @_db_errors
+    def connect(self) -> None:
+        """Connect and check the schema now rather than at the first read or write."""
+        self._ready()
+
     def _ready(self) -> Engine:
         """The engine, with the schema version checked once per engine."""
         engine = self._engine()

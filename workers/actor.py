@@ -53,17 +53,27 @@ class TuningWorker:
         """
         from .child import ChildDied
 
+        self._open_store()
         try:
             return {"ok": True, "seconds": self.child.warm(self.device)}
         except ChildDied as died:
             log.warning("warming the tuning process failed: %s", died)
             return {"ok": False, "error": str(died)}
 
+    def _open_store(self) -> None:
+        """Connect and check the schema now, while the sweep captures, not at the first write."""
+        if self.store is None:
+            return
+        try:
+            self.store.connect()
+        except Exception:  # the first job's write will report a real problem
+            log.debug("could not open the cache while warming up", exc_info=True)
+
     def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
         from cache.records import TuningResult
 
         from .child import ChildDied
-        from .tune import TuneJob, failed_result
+        from .jobs import TuneJob, failed_result
 
         job = TuneJob.from_json(job_json)
         try:

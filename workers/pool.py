@@ -21,7 +21,7 @@ from cache.records import TuningResult
 
 from .actor import FAULT_ENV, TuningWorker
 from .errors import WorkerError
-from .tune import TuneJob, failed_result
+from .jobs import TuneJob, failed_result
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ wrong numbers is recorded as such and the next best is tried.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import math
 import socket
@@ -40,45 +39,14 @@ from cache.records import (
     TuningResult,
 )
 
+from .jobs import TuneJob, failed_result
 from .reproduce import UnsupportedRequest, one_op_graph, tolerance
+
+__all__ = ["TuneJob", "failed_result", "tune_request"]
 
 log = logging.getLogger(__name__)
 
 MAX_WINNER_RETRIES = 3
-
-
-@dataclass(frozen=True)
-class TuneJob:
-    """Everything a worker needs to tune one request: plain data, shipped as JSON."""
-
-    request: TuningRequest
-    expected_env: Environment | None
-    mode: str = "max-autotune"
-    config_overrides: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    sweep_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "request": self.request.to_json(),
-            "expected_env": self.expected_env.to_json() if self.expected_env else None,
-            "mode": self.mode,
-            "config_overrides": self.config_overrides,
-            "device": self.device,
-            "sweep_id": self.sweep_id,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TuneJob:
-        env = data.get("expected_env")
-        return cls(
-            request=TuningRequest.from_json(data["request"]),
-            expected_env=Environment.from_json(env) if env else None,
-            mode=data.get("mode", "max-autotune"),
-            config_overrides=dict(data.get("config_overrides") or {}),
-            device=data.get("device", "cpu"),
-            sweep_id=data.get("sweep_id"),
-        )
 
 
 class _FailureLog(logging.Handler):
@@ -202,21 +170,6 @@ def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], s
             tuning_seconds=time.perf_counter() - started,
             source="sweep",
         ),
-    )
-
-
-def failed_result(job: TuneJob, reason: str, kind: str, seconds: float) -> TuningResult:
-    """A request that never produced a result (its process died or hung)."""
-    env = job.expected_env or Environment("unknown", "unknown", "", None, None, "", "")
-    return TuningResult(
-        env=env,
-        request=job.request,
-        candidates=(),
-        winner_hash=None,
-        status=STATUS_FAILED,
-        error=f"{kind}: {reason}",
-        provenance=Provenance(host=socket.gethostname(), sweep_id=job.sweep_id,
-                              tuning_seconds=seconds, source="sweep"),
     )
 
 
