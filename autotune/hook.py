@@ -85,6 +85,7 @@ class ServePolicy:
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
         self._logged_misses: set[str] = set()  # request keys
+        self._warned_winners: set[str] = set()  # request keys whose winner was not generated
         self._pins: dict[str, PinIndex | None] = {}  # device type -> stored winners
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
@@ -149,8 +150,8 @@ class ServePolicy:
             return None  # a candidate the sweep never saw: the answer may be wrong
         winner = stored.winner
         missing = winner is not None and all(choice_hash(c) != winner.choice_hash for c in choices)
-        if missing and request.key not in self._logged_misses:
-            self._logged_misses.add(request.key)  # Inductor asks twice; say it once
+        if missing and request.key not in self._warned_winners:
+            self._warned_winners.add(request.key)  # Inductor asks twice; say it once
             self.stats.winner_not_generated += 1
             log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
                         winner.name, shape_summary(request))

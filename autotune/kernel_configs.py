@@ -33,9 +33,6 @@ SUFFIX = ".best_config"
 
 Saver = Callable[[str, dict[str, Any]], None]  # (key, config)
 
-_waiters: list[Callable[[], None]] = []
-_original_triton: Any = None
-_original_coordesc: Any = None
 
 
 def key_for(path: str, root: str | None = None) -> str | None:
@@ -124,82 +121,94 @@ def _autotune_cache_class() -> type:
 _SAVE: StackedPatch[Saver] = StackedPatch(_autotune_cache_class, "save", _patched_save)
 
 
+def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        info = getattr(self, "autotune_cache_info", None) or {}
+        if patch.top and info.get("autotune_cache_state") == "hit":
+            try:
+                launcher.config.found_by_coordesc = True
+            except AttributeError:
+                pass
+            return launcher
+        return original(self, launcher, *args, **kwargs)
+
+    return coordinate_descent_tuning
+
+
+def _caching_autotuner_class() -> type:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return CachingAutotuner
+
+
+# Do not run coordinate descent again on a kernel whose config came from the cache.
+# Inductor (2.11) re-runs it when the cached config is also one of the kernel's
+# heuristic configs (coordinate descent found nothing better): the compiled heuristic
+# config lacks the "found by coordesc" mark. On an H200 that was 5 of ResNet-18's 17
+# kernels and 4 s of a warm compile, for the same answer.
+_TRUST: StackedPatch[bool] = StackedPatch(_caching_autotuner_class, "coordinate_descent_tuning",
+                                          _trusting_coordesc)
+
+
 def push(saver: Saver) -> None:
     """Send every config Inductor saves from now on to ``saver`` as well, and trust
-    the configs it reads from its cache (see ``_trust_cached_configs``)."""
+    the configs it reads from its cache (see ``_TRUST``)."""
     _SAVE.push(saver)
-    _trust_cached_configs(True)
+    try:
+        _TRUST.push(True)
+    except ImportError:  # no Triton: nothing is tuned at run time
+        pass
 
 
 def pop() -> None:
     _SAVE.pop()
-    if _SAVE.top is None:
-        _trust_cached_configs(False)
+    _TRUST.pop()
 
 
-def _trust_cached_configs(on: bool) -> None:
-    """Do not run coordinate descent again on a kernel whose config came from the cache.
+def _waiting_triton(original: Any, patch: StackedPatch[Callable[[], None]]) -> Any:
+    def triton(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ready = patch.top
+        if ready is not None:
+            ready()
+        return original(self, *args, **kwargs)
 
-    Inductor (2.11) re-runs it when the cached config is also one of the kernel's
-    heuristic configs (coordinate descent found nothing better): the compiled
-    heuristic config lacks the "found by coordesc" mark. On an H200 that was 5 of
-    ResNet-18's 17 kernels and 4 s of a warm compile, for the same answer.
-    """
-    global _original_coordesc
-    try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except ImportError:  # no Triton: nothing is tuned at run time
-        return
-    if on and _original_coordesc is None:
-        original = _original_coordesc = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    return triton
 
-        def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-            info = getattr(self, "autotune_cache_info", None) or {}
-            if info.get("autotune_cache_state") == "hit":
-                try:
-                    launcher.config.found_by_coordesc = True
-                except AttributeError:
-                    pass
-                return launcher
-            return original(self, launcher, *args, **kwargs)
 
-        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
-    elif not on and _original_coordesc is not None:
-        CachingAutotuner.coordinate_descent_tuning = _original_coordesc
-        _original_coordesc = None
+def _async_compile_class() -> type:
+    from torch._inductor.async_compile import AsyncCompile
+
+    return AsyncCompile
+
+
+_COMPILES: StackedPatch[Callable[[], None]] = StackedPatch(_async_compile_class, "triton", _waiting_triton)
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    called: list[bool] = []
+
+    def call() -> None:
+        if not called:
+            called.append(True)
+            fn()
+
+    return call
 
 
 def hold_compiles_until(ready: Callable[[], None]) -> None:
-    """Run ``ready()`` before Inductor compiles its next Triton kernel.
+    """Run ``ready()`` (once) before Inductor compiles its next Triton kernel.
 
     The hook loads the stored configs in the background (reading the database
     and computing the environment key take a second or more on a GPU node) while
     Dynamo traces and Inductor lowers; the files only have to exist before the
     first kernel is handed to the compile workers, which read them.
     """
-    global _original_triton
-    from torch._inductor.async_compile import AsyncCompile
-
-    _waiters.append(ready)
-    if _original_triton is not None:
-        return
-    original = _original_triton = AsyncCompile.__dict__["triton"]
-
-    def triton(self: Any, *args: Any, **kwargs: Any) -> Any:
-        while _waiters:
-            _waiters.pop()()
-        return original(self, *args, **kwargs)
-
-    AsyncCompile.triton = triton
+    _COMPILES.push(_once(ready))
 
 
 def release_compiles() -> None:
-    """Undo ``hold_compiles_until`` (after waiting for anything still pending)."""
-    global _original_triton
-    from torch._inductor.async_compile import AsyncCompile
-
-    while _waiters:
-        _waiters.pop()()
-    if _original_triton is not None:
-        AsyncCompile.triton = _original_triton
-        _original_triton = None
+    """Undo the latest ``hold_compiles_until`` (after waiting for it, if no compile did)."""
+    ready = _COMPILES.top
+    if ready is not None:
+        ready()
+    _COMPILES.pop()

@@ -18,11 +18,11 @@ source changed is a miss, never a wrong answer.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
-import json
 import logging
 from typing import Any, Callable, NamedTuple
+
+from cache.records import digest
 
 from .patching import StackedPatch
 
@@ -36,7 +36,6 @@ _NOT_SCALAR = {"self", "input_nodes", "layout", "kwargs", "epilogue_fn", "subgra
                "call_sizes", "workspace_arg", "triton_meta", "generate_with_caching"}
 
 
-
 class Pin(NamedTuple):
     device: str  # device type of the inputs ("cuda"): which environment's winners apply
     family: str
@@ -45,11 +44,6 @@ class Pin(NamedTuple):
 
 # Decides whether a generate call goes ahead; None lets everything through.
 TemplateFilter = Callable[[Pin], bool]
-
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode()).hexdigest()[:32]
 
 
 def _scalar(value: Any) -> bool:
@@ -67,11 +61,11 @@ def pin_of(template: Any, arguments: dict[str, Any]) -> Pin | None:
     except Exception:  # a node without a plain layout: never pin it
         log.debug("no pin for a %s config", getattr(template, "name", template), exc_info=True)
         return None
-    family = _digest([str(getattr(template, "name", "")), inputs, output])
+    family = digest(str(getattr(template, "name", "")), inputs, output)[:32]
     scalars = {k: v for k, v in arguments.items() if k not in _NOT_SCALAR and _scalar(v)}
     scalars.update({k: v for k, v in (arguments.get("kwargs") or {}).items() if _scalar(v)})
     device = inputs[0][0] if inputs else "cpu"
-    return Pin(device, family, _digest([family, scalars]))
+    return Pin(device, family, digest(family, scalars)[:32])
 
 
 def _patched_generate(original: Any, patch: StackedPatch[TemplateFilter | None]) -> Any:
@@ -142,9 +136,6 @@ class PinIndex:
                 keys = self.allowed.setdefault(str(family), set())
                 if winner is not None and candidate.choice_hash == winner.choice_hash:
                     keys.add(str(candidate.params.get(PIN_KEY)))
-
-    def __len__(self) -> int:
-        return len(self.allowed)
 
     def allows(self, pin: Pin) -> bool:
         keys = self.allowed.get(pin.family)

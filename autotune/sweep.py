@@ -212,7 +212,6 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
 class _Captured:
     jobs: list[Any]
     starter: PoolStarter | None
-    model: ModelFile
     kwargs: dict[str, Any]  # capture's arguments: the pointwise pass compiles the same way
     local: bool
 
@@ -243,7 +242,7 @@ def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store:
     report.outcomes += [Outcome(r, STATUS_CACHED) for r in plan.cached]
     jobs = [TuneJob(r, captured.env, settings.mode, captured.config_overrides, device, report.sweep_id)
             for r in plan.to_tune]
-    return _Captured(jobs, starter, model, kwargs, local)
+    return _Captured(jobs, starter, kwargs, local)
 
 
 def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
@@ -314,7 +313,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             report.outcomes += [Outcome(job.request, "planned") for job in jobs]
         else:
             starter = starter or _start_pool(store, device, settings, started, len(jobs))
-            if captured is not None and _wants_pointwise(captured, options, settings, device):
+            if captured is not None and _wants_pointwise(captured, settings, device):
                 pointwise = _pointwise_process(captured, options, settings)
             _tune(jobs, starter, device, settings, progress, report)
     except BaseException:
@@ -338,7 +337,7 @@ def _pointwise_process(captured: _Captured, options: SweepOptions, settings: Set
     return PointwiseProcess(spec)
 
 
-def _wants_pointwise(captured: _Captured, options: SweepOptions, settings: Settings, device: str) -> bool:
+def _wants_pointwise(captured: _Captured, settings: Settings, device: str) -> bool:
     """Only GPUs tune pointwise kernels at run time; a host without the GPU (remote
     capture) cannot run the model. Called only when there are GEMMs to tune: a sweep
     that found everything cached keeps what is stored."""

@@ -126,3 +126,32 @@ def test_policy_copies_configs_into_the_store_and_back(tmp_path: Path, sqlite_ur
     reader.close()
     assert reader.stats.kernel_configs_loaded == 1
     assert json.loads((tmp_path / "cd" / "456.best_config").read_text()) == {"XBLOCK": 32, "num_warps": 2}
+
+
+def test_served_configs_are_not_tuned_again_while_the_hook_is_in() -> None:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    original = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    launcher = SimpleNamespace(config=SimpleNamespace())
+    # Only the attribute the wrapper reads; Triton itself cannot run on CPU machines.
+    served = SimpleNamespace(autotune_cache_info={"autotune_cache_state": "hit"})
+    kernel_configs.push(lambda key, value: None)
+    try:
+        assert CachingAutotuner.coordinate_descent_tuning(served, launcher) is launcher
+        assert launcher.config.found_by_coordesc is True
+    finally:
+        kernel_configs.pop()
+    assert CachingAutotuner.__dict__["coordinate_descent_tuning"] is original
+
+
+def test_compiles_wait_once_for_the_config_loader_and_the_patch_comes_off() -> None:
+    from torch._inductor.async_compile import AsyncCompile
+
+    original = AsyncCompile.__dict__["triton"]
+    calls: list[int] = []
+    kernel_configs.hold_compiles_until(lambda: calls.append(1))
+    assert AsyncCompile.__dict__["triton"] is not original
+    kernel_configs.release_compiles()  # no compile happened: release waits for it instead
+    kernel_configs.release_compiles()
+    assert calls == [1]
+    assert AsyncCompile.__dict__["triton"] is original

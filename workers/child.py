@@ -143,7 +143,8 @@ def warm_up(device: str) -> float:
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
     from .actor import inject_fault
-    from .tune import TuneJob, tune_request
+    from .jobs import TuneJob
+    from .tune import tune_request
 
     if "warm" in message:
         return {"warm_seconds": warm_up(str(message["warm"]))}

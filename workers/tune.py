@@ -39,10 +39,8 @@ from cache.records import (
     TuningResult,
 )
 
-from .jobs import TuneJob, failed_result
+from .jobs import TuneJob
 from .reproduce import UnsupportedRequest, one_op_graph, tolerance
-
-__all__ = ["TuneJob", "failed_result", "tune_request"]
 
 log = logging.getLogger(__name__)
 
