@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from rich.markup import escape
 from autotune.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import Settings, SettingsError
-from cache import CacheError, ImportValidationError, MissRecord, Store, TuningResult
+from cache import ARTIFACT_KINDS, ArtifactInfo, CacheError, ImportValidationError, MissRecord, Store, TuningResult
 from workers.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -130,6 +130,48 @@ def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
     }
 
 
+def _fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def _fmt_age(created_at: datetime) -> str:
+    seconds = max(0.0, (datetime.now(timezone.utc) - created_at).total_seconds())
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds // length:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _short_key(key: str, width: int = 40) -> str:
+    # Both ends: Inductor's keys differ in their hash, which may sit at either end.
+    if len(key) <= width:
+        return key
+    head = (width - 1) // 2
+    return f"{key[:head]}…{key[-(width - 1 - head):]}"
+
+
+def _artifact_summary(info: ArtifactInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "kind": info.kind,
+        "key": info.key,
+        "size": info.size,
+        "digest": info.digest,
+        "signer": info.signer,
+        "torch_version": info.torch_version,
+        "device": info.device,
+        "host": info.host,
+        "created_at": info.created_at.isoformat(),
+    }
+
+
 def _miss_summary(miss: MissRecord) -> dict[str, Any]:
     return {
         "op": miss.request.op,
@@ -182,10 +224,14 @@ def cache(ctx: click.Context) -> None:
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Show row counts, schema revision and size of the cache.
 
+    Artifacts (compiled graphs and kernels) are counted by kind and by signer
+    (the key fingerprint, as `autotune keys show` prints it).
+
     \b
     Example:
         autotune cache stats
         autotune cache stats --json | jq .requests
+        autotune cache stats --json | jq .artifact_signers
     """
     data = _open(ctx, read_only=True).stats()
     if as_json:
@@ -195,6 +241,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for name, value in data.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+        elif name.endswith("_bytes"):
+            value = _fmt_bytes(value)
         out.print(f"[bold]{name.replace('_', ' '):<18}[/bold] {escape(str(value))}")
 
 
@@ -204,19 +252,30 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--device", help="Only devices whose name contains NAME (or of kind NAME).")
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True, help="At most N rows; 0 for all.")
 @click.option("--misses", is_flag=True, help="List logged cache misses instead of results.")
+@click.option("--artifacts", is_flag=True, help="List compiled artifacts (newest first) instead of results.")
+@click.option("--kind", type=click.Choice(ARTIFACT_KINDS), help="With --artifacts: only this kind.")
+@click.option("--signer", metavar="FINGERPRINT",
+              help="With --artifacts: only those signed by this key (`autotune keys show`), or 'unsigned'.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
-def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misses: bool, as_json: bool) -> None:
+def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misses: bool, artifacts: bool,
+       kind: str | None, signer: str | None, as_json: bool) -> None:
     """List cached requests, one per line, with their winners.
 
     Columns: id, request, device, winner, winner time, speedup over ATen, status.
+    With --artifacts: id, kind, key, size, signer, torch version, device, age.
 
     \b
     Example:
         autotune cache ls --op mm --device h100 --limit 20
         autotune cache ls --misses
+        autotune cache ls --artifacts --kind fx_graph --signer 3f2a9c0d1e4b5a67
     """
+    _check_ls_flags(op, misses, artifacts, kind, signer)
     store = _open(ctx, read_only=True)
+    if artifacts:
+        _print_artifacts(store.artifacts(kind=kind, device=device, signer=signer, limit=limit or None), as_json)
+        return
     if misses:
         _print_misses(store, op, device, limit, as_json)
         return
@@ -238,6 +297,33 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
         out.print(escape(line))
     if not rows:
         _err().print("No cached requests match.")
+
+
+def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | None, signer: str | None) -> None:
+    if misses and artifacts:
+        raise click.UsageError("give --misses or --artifacts, not both")
+    if artifacts and op:
+        raise click.UsageError("--op filters requests; with --artifacts use --kind, --signer or --device")
+    if not artifacts and (kind or signer):
+        raise click.UsageError("--kind and --signer filter artifacts: add --artifacts")
+
+
+def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([_artifact_summary(a) for a in found], indent=2))
+        return
+    out = _out()
+    out.print(f"[bold]{'id':>6}  {'kind':<12}  {'key':<40}  {'size':>9}  {'signer':<16}  "
+              f"{'torch':<16}  {'device':<22}  {'age':>4}[/bold]")
+    for info in found:
+        line = (
+            f"{info.id:>6}  {info.kind:<12}  {_short_key(info.key):<40}  {_fmt_bytes(info.size):>9}  "
+            f"{info.signer or 'unsigned':<16}  {info.torch_version:<16}  {info.device:<22}  "
+            f"{_fmt_age(info.created_at):>4}"
+        )
+        out.print(escape(line))
+    if not found:
+        _err().print("No cached artifacts match.")
 
 
 def _print_misses(store: Store, op: str | None, device: str | None, limit: int, as_json: bool) -> None:
@@ -326,9 +412,10 @@ def _print_result(request_id: int, result: TuningResult) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.pass_context
 def export_(ctx: click.Context, file: str) -> None:
-    """Write every cached result to FILE as JSON Lines ('-' for stdout).
+    """Write every cached result, kernel config and artifact to FILE as JSON Lines ('-' for stdout).
 
-    The first line is a format header; each further line is one result.
+    The first line is a format header; each further line is one record.
+    Artifacts keep their signatures, so the importing side can still verify them.
 
     \b
     Example:
@@ -338,8 +425,10 @@ def export_(ctx: click.Context, file: str) -> None:
     store = _open(ctx, read_only=True)
     # atomic: a failed export never leaves a truncated file behind.
     with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
-        count = store.export_jsonl(fp)
-    _err().print(f"Exported {count} results to {escape('stdout' if file == '-' else file)}")
+        report = store.export_jsonl(fp)
+    configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
+    _err().print(f"Exported {report.results} results{configs} and {report.artifacts} artifacts "
+                 f"to {escape('stdout' if file == '-' else file)}")
 
 
 @cache.command(name="import")
@@ -347,10 +436,12 @@ def export_(ctx: click.Context, file: str) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.pass_context
 def import_(ctx: click.Context, file: str) -> None:
-    """Import results from a JSON Lines FILE made by `export` ('-' for stdin).
+    """Import results and artifacts from a JSON Lines FILE made by `export` ('-' for stdin).
 
     Every line is checked first; one bad line and nothing is imported.
-    Importing the same file again changes nothing.
+    Importing the same file again changes nothing. Artifacts keep their
+    signatures as exported (jobs verify them before loading) and never replace
+    one already stored under the same key.
 
     \b
     Example:
@@ -365,15 +456,16 @@ def import_(ctx: click.Context, file: str) -> None:
         raise click.ClickException(f"{file}: {error}; nothing was imported") from None
     except OSError as error:
         raise click.ClickException(f"cannot read {file}: {error.strerror}") from None
-    configs = f" and {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
-    _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged){configs} from {escape(file)}")
+    configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
+    _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged){configs} and "
+                 f"{report.artifacts} artifacts ({report.artifacts_skipped} already stored) from {escape(file)}")
 
 
 @cache.command()
 @_cache_option
-@click.option("--torch-version", metavar="V", help="Only results tuned with this torch version.")
+@click.option("--torch-version", metavar="V", help="Only results tuned / artifacts built with this torch version.")
 @click.option("--device", metavar="NAME", help="Only devices whose name contains NAME (or of kind NAME).")
-@click.option("--older-than", type=_Duration(), help="Only results written longer ago than this (30d, 12h, 2w).")
+@click.option("--older-than", type=_Duration(), help="Only records written longer ago than this (30d, 12h, 2w).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be removed.")
 @click.pass_context
 def prune(
@@ -383,9 +475,10 @@ def prune(
     older_than: timedelta | None,
     dry_run: bool,
 ) -> None:
-    """Remove cached results matching ALL the given filters.
+    """Remove cached results and artifacts matching ALL the given filters.
 
     Logged misses matching the filters go too, and environments left empty.
+    An artifact's device is matched as a case-insensitive substring.
 
     \b
     Example:
@@ -395,9 +488,12 @@ def prune(
     if not (torch_version or device or older_than):
         raise click.UsageError("give at least one of --torch-version, --device or --older-than")
     store = _open(ctx, read_only=dry_run)
-    removed = store.prune(torch_version=torch_version, device=device, older_than=older_than, dry_run=dry_run)
+    filters: dict[str, Any] = {"torch_version": torch_version, "device": device, "older_than": older_than}
+    # Artifacts first: prune() removes matching artifacts too, so counted after it they would read 0.
+    artifacts = store.prune_artifacts(**filters, dry_run=dry_run)
+    removed = store.prune(**filters, dry_run=dry_run)
     verb = "Would remove" if dry_run else "Removed"
-    _out().print(f"{verb} {removed} cached requests")
+    _out().print(f"{verb} {removed} cached requests and {artifacts} artifacts")
 
 
 @cache.command()
@@ -509,8 +605,12 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
     if report.pointwise is not None:
         pointwise = report.pointwise
         failed = f"; failed: {pointwise.error}" if pointwise.error else ""
-        console.print(escape(f"pointwise/reduction kernels: {pointwise.saved} configs stored "
-                             f"in {pointwise.seconds:.1f} s{failed}"))
+        artifacts = (f", {pointwise.artifacts_published} signed artifacts published"
+                     if pointwise.artifacts_published else "")
+        refused = f" (Dynamo could not package the model: {pointwise.packages_refused})" \
+            if pointwise.packages_refused else ""
+        console.print(escape(f"end-to-end compile: {pointwise.saved} pointwise/reduction configs stored{artifacts}"
+                             f"{refused} in {pointwise.seconds:.1f} s{failed}"))
         if pointwise.gemm_misses:  # the end-to-end check: a real compile of the model missed
             console.print(escape(f"warning: compiling the model with the new cache still missed "
                                  f"{pointwise.gemm_misses} GEMM/conv request(s); see `autotune cache ls --misses`"))
@@ -532,11 +632,13 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
 @click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--misses", is_flag=True, help="Also tune every miss the hook logged for this machine.")
+@click.option("--signing-key", metavar="PATH", help="Sign and publish the compiled artifacts of the end-to-end "
+              "compile with this private key [default: $AUTOTUNE_SIGNING_KEY].")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
           batch_sizes: str | None, train: bool, device: str | None, address: str | None, workers: int | None,
           gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
-          as_json: bool) -> None:
+          signing_key: str | None, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of MODEL and tune the uncached ones on Ray.
 
     Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input.
@@ -547,13 +649,15 @@ def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None
         autotune sweep examples/resnet.py --cache postgresql://tuner@db/kernels
         autotune sweep model.py --batch-sizes 1,8,32 --dry-run --json
         autotune sweep --misses
+        autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
     """
     from autotune.sweep import SweepOptions, run_sweep
 
     if model is None and not misses:
         raise click.UsageError("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(cache=cache_url, mode=mode, device=device, address=address, workers=workers,
-                         gpus=gpus, request_timeout=request_timeout)
+                         gpus=gpus, request_timeout=request_timeout, signing_key=signing_key)
+    _check_keys(settings)
     options = SweepOptions(model, entry=entry, batch_sizes=_batch_sizes(batch_sizes),
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
@@ -579,8 +683,13 @@ def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None
 @click.option("--on-miss", type=click.Choice(["tune", "aten", "error"]), help="On a miss [default: tune].")
 @click.option("--write-back/--no-write-back", default=None, help="Store the results of misses [default: on].")
 @click.option("--read-only", is_flag=True, default=None, help="Never write to the cache.")
+@click.option("--signing-key", metavar="PATH", help="Sign and publish what this job compiles anew "
+              "[default: $AUTOTUNE_SIGNING_KEY].")
+@click.option("--trusted-key", "trusted_keys", multiple=True, metavar="PUB",
+              help="Load artifacts signed by this public key (repeatable) [default: $AUTOTUNE_TRUSTED_KEYS].")
 def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str | None,
-        write_back: bool | None, read_only: bool | None) -> None:
+        write_back: bool | None, read_only: bool | None, signing_key: str | None,
+        trusted_keys: tuple[str, ...]) -> None:
     """Run SCRIPT like `python SCRIPT ARGS` with the warm-start hook installed.
 
     Options come from flags or AUTOTUNE_* variables. One line of hook stats goes to
@@ -590,10 +699,86 @@ def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str 
     Example:
         autotune run train.py --epochs 3
         AUTOTUNE_CACHE=postgresql://job@db/kernels autotune run --read-only serve.py
+        AUTOTUNE_TRUSTED_KEYS=sweeper.pub autotune run train.py   # load signed artifacts
     """
     from autotune.runner import run_script
 
-    settings = _settings(cache=cache_url, on_miss=on_miss, write_back=write_back, read_only=read_only or None)
+    settings = _settings(cache=cache_url, on_miss=on_miss, write_back=write_back, read_only=read_only or None,
+                         signing_key=signing_key, trusted_keys=trusted_keys or None)
+    _check_keys(settings)
     code, stats = run_script(script, list(args), settings)
     click.echo(f"autotune: {stats}", err=True)
     raise SystemExit(code)
+
+
+def _check_keys(settings: Settings) -> None:
+    """Load the key files the settings name now: a bad one is one line and exit 2, before any work."""
+    from autotune.hook import load_keys
+    from cache.signing import KeyFileError
+
+    try:
+        load_keys(settings)
+    except KeyFileError as error:
+        _err().print(f"Error: {escape(str(error))}")
+        raise SystemExit(2) from None
+
+
+# ------------------------------------------------------------------ keys
+
+
+@main.group()
+def keys() -> None:
+    """Ed25519 key pairs that sign the artifact tier (compiled graphs and kernels).
+
+    Writers (sweeps, and jobs that may publish) hold the private key:
+    AUTOTUNE_SIGNING_KEY=PATH or --signing-key PATH. Readers list the public
+    keys they trust: AUTOTUNE_TRUSTED_KEYS=PATH.pub[,PATH.pub...]. An artifact
+    is loaded only when its signature verifies against a trusted key.
+    """
+
+
+@keys.command(name="new")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--comment", default="", help="A note stored in PATH.pub (e.g. who holds the key).")
+@click.option("--force", is_flag=True, help="Overwrite PATH and PATH.pub if they exist.")
+def keys_new(path: str, comment: str, force: bool) -> None:
+    """Write a new private key to PATH (mode 0600) and its public key to PATH.pub.
+
+    \b
+    Example:
+        autotune keys new ~/.autotune/sweeper
+        AUTOTUNE_SIGNING_KEY=~/.autotune/sweeper autotune sweep model.py
+        AUTOTUNE_TRUSTED_KEYS=~/.autotune/sweeper.pub python train.py
+    """
+    from cache.signing import KeyFileError, generate
+
+    try:
+        signer = generate(path, comment=comment, overwrite=force)
+    except KeyFileError as error:
+        _err().print(f"Error: {escape(str(error))}")
+        raise SystemExit(2) from None
+    _out().print(f"Private key: {escape(path)} (mode 0600; keep it on the hosts that publish)")
+    _out().print(f"Public key:  {escape(path)}.pub (fingerprint {signer.fingerprint}; "
+                 "list it in AUTOTUNE_TRUSTED_KEYS on the hosts that load)")
+
+
+@keys.command(name="show")
+@click.argument("path", type=click.Path(dir_okay=False))
+def keys_show(path: str) -> None:
+    """Print the fingerprint of a private key or a PATH.pub public key (as `cache ls --artifacts` shows signers).
+
+    \b
+    Example:
+        autotune keys show ~/.autotune/sweeper.pub
+    """
+    from cache.signing import KeyFileError, fingerprint, load_public_key, load_signer
+
+    try:
+        if path.endswith(".pub"):
+            public = load_public_key(path)
+        else:
+            public = load_signer(path).public_key
+    except KeyFileError as error:
+        _err().print(f"Error: {escape(str(error))}")
+        raise SystemExit(2) from None
+    _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")

@@ -18,8 +18,9 @@ import math
 import socket
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from cache import signing
 from cache.records import (
     STATUS_OK,
     Environment,
@@ -37,9 +38,14 @@ from .inductor import (
     install,
     uninstall,
 )
+from cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
+
 from .pinning import Pin, PinIndex
 from .plan import shape_summary
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .artifacts import ArtifactSeams
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,13 @@ class HookStats:
     kernel_configs_saved: int = 0
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
+    # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
+    # did not (unsigned, unknown key, bad signature) and were compiled instead; ones signed
+    # and stored by this process; models Dynamo could not package.
+    artifacts_loaded: int = 0
+    artifacts_rejected: int = 0
+    artifacts_published: int = 0
+    packages_refused: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,7 +84,8 @@ class HookStats:
     def __str__(self) -> str:
         return (f"hits={self.hits} misses={self.misses} written={self.written} errors={self.errors} "
                 f"configs_skipped={self.configs_skipped} kernel_configs={self.kernel_configs_loaded}"
-                f"/{self.kernel_configs_saved}")
+                f"/{self.kernel_configs_saved} artifacts={self.artifacts_loaded}/{self.artifacts_rejected}"
+                f"/{self.artifacts_published}")
 
 
 class ServePolicy:
@@ -91,13 +105,13 @@ class ServePolicy:
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
     # --- store access, bounded and never raising ---------------------------------
-    def _call(self, fn: Callable[[Any], Any]) -> Any:
+    def _call(self, fn: Callable[[Any], Any], timeout: float | None = None) -> Any:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
         if self._disabled:
             return None
         try:
             future = self._pool.submit(lambda: fn(self._open()))
-            return future.result(timeout=self.settings.lookup_timeout)
+            return future.result(timeout=timeout or self.settings.lookup_timeout)
         except Exception as exc:
             self._disable(exc)
             return None
@@ -263,6 +277,11 @@ class ServePolicy:
 
         self._writer.submit(put)
 
+    def submit_write(self, work: Callable[[], None]) -> None:
+        """Run a write on the writer thread, so compiles never wait for it."""
+        if not self._disabled:
+            self._writer.submit(work)
+
     def flush(self, timeout: float) -> None:
         """Wait (at most ``timeout`` s) until every queued kernel config copy is written."""
         try:
@@ -288,7 +307,8 @@ class WarmStart:
     # graph, which an isolated tuning cannot see (on an H200 turning it off made
     # the transformer example 14% slower: 1.290 vs 1.131 ms). With pinning it
     # weighs one template against ATen.
-    def __init__(self, policy: ServePolicy) -> None:
+    def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
+                 signer: Signer | None = None) -> None:
         from .env import pin_triton_toolchain
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
@@ -297,6 +317,7 @@ class WarmStart:
         self._kernel_device = _triton_device() if policy.settings.kernel_configs else None
         if self._kernel_device is not None:
             self._serve_kernel_configs(policy, self._kernel_device)
+        self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
     @staticmethod
@@ -318,14 +339,25 @@ class WarmStart:
         return self._policy.settings
 
     def flush(self) -> None:
-        """Finish writing the kernel configs tuned so far (a job may call this before it exits)."""
-        self._policy.flush(max(10.0, 5 * self.settings.lookup_timeout))
+        """Finish writing what this process has to store so far: kernel configs, and with a
+        signing key, the compiled artifacts and Dynamo's packages (call it once the model has
+        run forward and backward: a package is complete only then)."""
+        self._publish_packages()
+        self._policy.flush(max(30.0, 10 * self.settings.lookup_timeout))
+
+    def _publish_packages(self) -> None:
+        if self._artifacts is not None:
+            self._artifacts.publish_packages()
+            self._policy.stats.packages_refused = self._artifacts.packages_refused
 
     def uninstall(self) -> None:
         global _active
         if not self.installed:
             return
         uninstall(self._selector)
+        if self._artifacts is not None:
+            self._publish_packages()
+            self._artifacts.remove()
         if self._kernel_device is not None:
             from . import kernel_configs
 
@@ -362,6 +394,8 @@ def warm_start(
     on_miss: str = "tune",
     write_back: bool = True,
     read_only: bool = False,
+    trusted_keys: Sequence[str] | None = None,
+    signing_key: str | None = None,
     settings: Settings | None = None,
 ) -> WarmStart:
     """Serve every later torch.compile autotune request in this process from the cache.
@@ -371,12 +405,51 @@ def warm_start(
     benchmarking) or "error" (raise, naming the request). A second call replaces
     the first. Nothing here connects to the database: the first lookup does, so
     a cache that is down costs one warning, never the job.
+
+    Artifacts (compiled graphs and kernels, Dynamo's packages) are loaded only when
+    signed by one of ``trusted_keys`` (public key files; default
+    ``AUTOTUNE_TRUSTED_KEYS``), and published, signed, when ``signing_key`` (a private
+    key file; default ``AUTOTUNE_SIGNING_KEY``) is given. With neither, artifacts are
+    neither read nor written. A key file that is missing or malformed raises
+    ``KeyFileError`` here, naming the file, before anything is installed.
     """
     global _active
     base = settings or Settings.from_env()
     settings = base.replace(cache=cache, on_miss=on_miss, write_back=write_back,
-                            read_only=read_only or base.read_only)
+                            read_only=read_only or base.read_only,
+                            trusted_keys=tuple(trusted_keys) if trusted_keys is not None else None,
+                            signing_key=signing_key)
+    trusted, signer = load_keys(settings)
     if _active is not None:
         _active.uninstall()
-    _active = WarmStart(ServePolicy(settings))
+    _active = WarmStart(ServePolicy(settings), trusted, signer)
     return _active
+
+
+def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:
+    """The keys the settings name (KeyFileError for a bad file); none when artifacts are off."""
+    if not settings.artifacts:
+        return NO_TRUSTED_KEYS, None
+    trusted = signing.load_trusted(settings.trusted_keys) if settings.trusted_keys else NO_TRUSTED_KEYS
+    signer = signing.load_signer(settings.signing_key) if settings.signing_key else None
+    return trusted, signer
+
+
+def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | None) -> ArtifactSeams | None:
+    """The artifact tier installed into torch's caches, or None when no key is configured."""
+    if policy.settings.read_only:
+        signer = None  # read-only credentials: never try to publish
+    if not trusted and signer is None:
+        return None
+    from .artifacts import ArtifactSeams, ArtifactTier
+
+    tier = ArtifactTier(trusted=trusted, signer=signer, device=_artifact_device(), stats=policy.stats,
+                        call=policy._call, submit=policy.submit_write, timeout=policy.settings.lookup_timeout)
+    return ArtifactSeams(tier, dynamo_package=policy.settings.dynamo_package)
+
+
+def _artifact_device() -> str:
+    """The device name artifacts are filed under (for ls and prune; keys carry their own)."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

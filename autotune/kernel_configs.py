@@ -184,6 +184,29 @@ def _async_compile_class() -> type:
 _COMPILES: StackedPatch[Callable[[], None]] = StackedPatch(_async_compile_class, "triton", _waiting_triton)
 
 
+def _waiting_emit(original: Any, patch: StackedPatch[Callable[[], None]]) -> Any:
+    func = original.__func__ if isinstance(original, staticmethod) else original
+
+    def read_and_emit(*args: Any, **kwargs: Any) -> Any:
+        ready = patch.top
+        if ready is not None:
+            ready()
+        return func(*args, **kwargs)
+
+    return staticmethod(read_and_emit)
+
+
+def _triton_bundler_class() -> type:
+    from torch._inductor.triton_bundler import TritonBundler
+
+    return TritonBundler
+
+
+# A compiled graph loaded from a cache (an artifact) brings its kernels in a bundle and
+# compiles none: its kernels' configs must be on disk before the bundle is unpacked.
+_BUNDLES: StackedPatch[Callable[[], None]] = StackedPatch(_triton_bundler_class, "read_and_emit", _waiting_emit)
+
+
 def _once(fn: Callable[[], None]) -> Callable[[], None]:
     called: list[bool] = []
 
@@ -201,9 +224,15 @@ def hold_compiles_until(ready: Callable[[], None]) -> None:
     The hook loads the stored configs in the background (reading the database
     and computing the environment key take a second or more on a GPU node) while
     Dynamo traces and Inductor lowers; the files only have to exist before the
-    first kernel is handed to the compile workers, which read them.
+    first kernel is handed to the compile workers, which read them, or before a
+    cached graph's kernels are unpacked.
     """
-    _COMPILES.push(_once(ready))
+    once = _once(ready)
+    _COMPILES.push(once)
+    try:
+        _BUNDLES.push(once)
+    except (ImportError, KeyError):  # a torch without Triton bundles: nothing to hold there
+        pass
 
 
 def release_compiles() -> None:
@@ -212,3 +241,4 @@ def release_compiles() -> None:
     if ready is not None:
         ready()
     _COMPILES.pop()
+    _BUNDLES.pop()

@@ -1,4 +1,9 @@
-"""The sweep's last step on GPUs: tune the pointwise/reduction kernels once, for everyone.
+"""The sweep's last step: one end-to-end compile and run with the new winners.
+
+On GPUs it tunes the pointwise/reduction kernels once, for everyone; with a
+signing key (GPU or CPU) it also publishes the compiled artifacts of that
+compile (FX graphs, AOTAutograd entries, C++ kernels, Dynamo's package),
+signed, so a fresh node loads them instead of compiling.
 
 Which pointwise kernels a model has depends on which GEMMs won (a winning
 Triton template absorbs its epilogue), so this runs after the GEMM requests are
@@ -38,6 +43,8 @@ class PointwiseReport:
     loaded: int = 0  # already there from an earlier sweep or job
     gemm_hits: int = 0
     gemm_misses: int = 0
+    artifacts_published: int = 0  # signed compiled artifacts stored (with a signing key)
+    packages_refused: int = 0  # models Dynamo could not package (their graphs still travel)
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
@@ -78,6 +85,8 @@ def tune_pointwise(
             report.loaded += stats.kernel_configs_loaded
             report.gemm_hits += stats.hits
             report.gemm_misses += stats.misses
+            report.artifacts_published += stats.artifacts_published
+            report.packages_refused += stats.packages_refused
             report.saved_keys += [k for k in stats.saved_keys if k not in report.saved_keys]
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
@@ -103,6 +112,7 @@ class PointwiseSpec:
     train: bool
     cache: str | None
     device: str = "cuda"
+    signing_key: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -153,7 +163,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
         torch.cuda.init()
     if go.readline().strip() != "go":  # the sweep ended without storing winners
         return PointwiseReport(error="cancelled")
-    settings = Settings.from_env(cache=spec.cache)
+    settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
     return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
                           inductor_config=spec.inductor_config, train=spec.train, device=spec.device)
 

@@ -311,10 +311,12 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             jobs += [j for j in _miss_jobs(store, device, settings, sweep_id) if j.request.key not in known]
         if options.dry_run or not jobs:
             report.outcomes += [Outcome(job.request, "planned") for job in jobs]
+            if not options.dry_run and captured is not None and _publishes(captured, settings):
+                pointwise = _pointwise_process(captured, options, settings, device)  # artifacts only
         else:
             starter = starter or _start_pool(store, device, settings, started, len(jobs))
             if captured is not None and _wants_pointwise(captured, settings, device):
-                pointwise = _pointwise_process(captured, options, settings)
+                pointwise = _pointwise_process(captured, options, settings, device)
             _tune(jobs, starter, device, settings, progress, report)
     except BaseException:
         if pointwise is not None:
@@ -324,24 +326,35 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         if starter is not None:  # also when nothing is left to tune: the early pool goes unused
             starter.close()
     if pointwise is not None:
-        progress.stage("tuning pointwise/reduction kernels (one compile and run with the new winners)")
+        what = "tuning pointwise/reduction kernels" if device == "cuda" else "compiling the model end to end"
+        signed = ", publishing signed artifacts" if settings.signing_key else ""
+        progress.stage(f"{what}{signed} (one compile and run with the new winners)")
         report.pointwise = pointwise.run(settings.request_timeout)
     report.wall_seconds = time.perf_counter() - started
     return report
 
 
-def _pointwise_process(captured: _Captured, options: SweepOptions, settings: Settings) -> PointwiseProcess:
+def _pointwise_process(captured: _Captured, options: SweepOptions, settings: Settings,
+                       device: str) -> PointwiseProcess:
     kwargs = captured.kwargs
     spec = PointwiseSpec(str(options.model_path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
-                         kwargs["inductor_config"], kwargs["train"], settings.cache)
+                         kwargs["inductor_config"], kwargs["train"], settings.cache, device,
+                         signing_key=settings.signing_key)
     return PointwiseProcess(spec)
 
 
 def _wants_pointwise(captured: _Captured, settings: Settings, device: str) -> bool:
-    """Only GPUs tune pointwise kernels at run time; a host without the GPU (remote
-    capture) cannot run the model. Called only when there are GEMMs to tune: a sweep
-    that found everything cached keeps what is stored."""
-    return device == "cuda" and captured.local and settings.kernel_configs and not settings.read_only
+    """The end-to-end pass, when there are GEMMs to tune: GPUs tune pointwise kernels
+    in it, and with a signing key it publishes the compiled artifacts (CPU too). A
+    host without the device (remote capture) cannot run the model."""
+    tunes_pointwise = device == "cuda" and settings.kernel_configs
+    return (tunes_pointwise or _publishes(captured, settings)) and captured.local and not settings.read_only
+
+
+def _publishes(captured: _Captured, settings: Settings) -> bool:
+    """A signing key asks for the artifacts even when every GEMM was cached already:
+    what is stored stays (written once), what is missing is published."""
+    return bool(settings.signing_key and settings.artifacts) and captured.local and not settings.read_only
 
 
 def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings, progress: Progress,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cache.errors import (
     CacheError,
     CacheUnavailable,
@@ -10,8 +12,11 @@ from cache.errors import (
     SchemaOutdated,
 )
 from cache.records import (
+    ARTIFACT_KINDS,
     FAILURE_KINDS,
     STATUSES,
+    Artifact,
+    ArtifactInfo,
     CandidateResult,
     Environment,
     InputLayout,
@@ -20,16 +25,34 @@ from cache.records import (
     TuningRequest,
     TuningResult,
 )
-from cache.store import ImportReport, Store
 from cache.url import default_cache_url, resolve_cache_url
 
+if TYPE_CHECKING:
+    from cache.store import ExportReport, ImportReport, Store
+
+# The store pulls in SQLAlchemy and Alembic (about a second): imported on first use,
+# so that installing the warm-start hook, which only needs the records, stays cheap.
+_FROM_STORE = ("ExportReport", "ImportReport", "Store")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_STORE:
+        from cache import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'cache' has no attribute {name!r}")
+
 __all__ = [
+    "ARTIFACT_KINDS",
     "FAILURE_KINDS",
     "STATUSES",
+    "Artifact",
+    "ArtifactInfo",
     "CacheError",
     "CacheUnavailable",
     "CandidateResult",
     "Environment",
+    "ExportReport",
     "ImportReport",
     "ImportValidationError",
     "InputLayout",

@@ -23,6 +23,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -176,8 +177,43 @@ class KernelConfigRow(Base):
     updated_at: Mapped[datetime]
 
 
+class ArtifactRow(Base):
+    """A compiled artifact (Inductor FX graph, AOTAutograd entry, Dynamo package, C++
+    library) under the key torch looks it up by. Written once, never updated.
+
+    The payload is executable code once loaded, so it is stored with its Ed25519
+    signature; the store never judges it, readers verify before loading.
+    """
+
+    __tablename__ = "artifacts"
+    __table_args__ = (
+        # The hot lookup: (kind, key) equality. Inductor's keys (e.g. a C++ library's
+        # path) can be longer than a btree entry may be on PostgreSQL (~2.7 kB), so
+        # the unique index is on a fixed-size hash of the key; `key` stays for ls/export.
+        UniqueConstraint("kind", "key_hash"),
+        # prune --older-than, and ls newest first
+        Index("ix_artifacts_created_at", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    key_hash: Mapped[str] = mapped_column(String(64))  # sha256 hex of key (UTF-8)
+    key: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(String(64))  # sha256 hex of payload
+    size: Mapped[int] = mapped_column(BigInteger)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)  # bytea on PostgreSQL, BLOB on SQLite
+    signature: Mapped[bytes | None] = mapped_column(LargeBinary)
+    public_key: Mapped[bytes | None] = mapped_column(LargeBinary)
+    signer: Mapped[str | None] = mapped_column(String(16))  # fingerprint(public_key), for filters
+    torch_version: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
 environments = EnvironmentRow.__table__
 requests = RequestRow.__table__
 candidates = CandidateRow.__table__
 misses = MissRow.__table__
 kernel_configs = KernelConfigRow.__table__
+artifacts = ArtifactRow.__table__

@@ -269,3 +269,63 @@ class MissRecord:
     last_seen: datetime = field(default_factory=utcnow)
     count: int = 1
     host: str = ""
+
+
+# --- the artifact tier: compiled code, loaded only when signed by a trusted key ---
+
+ARTIFACT_FX_GRAPH = "fx_graph"  # Inductor's FX graph cache entry (a pickled compiled graph, kernels bundled)
+ARTIFACT_AOT_AUTOGRAD = "aot_autograd"  # AOTAutograd's cache entry (forward and backward)
+ARTIFACT_DYNAMO = "dynamo"  # Dynamo's package (caching_precompile): traced code and guards
+ARTIFACT_CPP_KERNEL = "cpp_kernel"  # a compiled C++ kernel library (.so), by Inductor's source+flags hash
+ARTIFACT_KINDS = (ARTIFACT_FX_GRAPH, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_DYNAMO, ARTIFACT_CPP_KERNEL)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One compiled artifact under Inductor's own cache key, with its signature.
+
+    ``key`` is the key Inductor (or Dynamo) looks the artifact up by, so a changed
+    model, torch, Triton, config or device misses. Written once: the first
+    writer of a (kind, key) wins and the row is never changed.
+    """
+
+    kind: str
+    key: str
+    payload: bytes = field(repr=False)
+    signature: bytes | None = field(default=None, repr=False)
+    public_key: bytes | None = field(default=None, repr=False)
+    torch_version: str = ""
+    device: str = ""
+    host: str = ""
+    created_at: datetime = field(default_factory=utcnow)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.payload).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+    @property
+    def signer(self) -> str | None:
+        """The signing key's fingerprint (cache.signing.fingerprint), None when unsigned."""
+        from cache.signing import fingerprint
+
+        return fingerprint(self.public_key) if self.public_key else None
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    """An artifact's row without its payload (for ls and stats)."""
+
+    id: int
+    kind: str
+    key: str
+    size: int
+    digest: str
+    signer: str | None
+    torch_version: str
+    device: str
+    host: str
+    created_at: datetime

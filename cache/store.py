@@ -8,17 +8,21 @@ environment id cached in memory.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
 import os
 import random
+import shutil
 import socket
 import sqlite3
+import tempfile
 import threading
 import time
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -31,8 +35,9 @@ from sqlalchemy import Connection, Engine, bindparam, delete, event, exc, func, 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 
-from cache import jsonl, schema
+from cache import artifacts_store, jsonl, schema
 from cache.errors import CacheError, CacheUnavailable, ReadOnlyError, SchemaOutdated
+from cache.models import artifacts as A
 from cache.models import candidates as C
 from cache.models import environments as E
 from cache.models import kernel_configs as K
@@ -40,6 +45,8 @@ from cache.models import misses as M
 from cache.models import requests as R
 from cache.records import (
     STATUS_OK,
+    Artifact,
+    ArtifactInfo,
     CandidateResult,
     Environment,
     InputLayout,
@@ -97,11 +104,16 @@ _PgLookupRow = namedtuple("_PgLookupRow", [*(c.name for c in R.c), "candidates_j
 _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 
 
+ExportReport = jsonl.ExportReport
+
+
 @dataclass(frozen=True)
 class ImportReport:
     imported: int  # results written (new or changed)
     unchanged: int  # results already stored with the same values
     kernel_configs: int = 0  # pointwise/reduction configs written (replacing equal keys)
+    artifacts: int = 0  # artifacts written
+    artifacts_skipped: int = 0  # artifacts whose (kind, key) was already stored (write once)
 
     @property
     def total(self) -> int:
@@ -527,7 +539,9 @@ class Store:
         device matches the device name as a case-insensitive substring, or the
         device kind exactly; older_than compares with when the row was last
         written. Misses matching the same filters go too, and environments left
-        with nothing in them. Returns the number of requests (to be) removed.
+        with nothing in them, and artifacts matching them (see prune_artifacts).
+        Returns the number of requests (to be) removed; count artifacts with
+        prune_artifacts(..., dry_run=True) first.
         """
         if not dry_run:
             self._require_writable("prune")
@@ -539,6 +553,7 @@ class Store:
             req_where.append(R.c.updated_at < cutoff)
             miss_where.append(M.c.last_seen < cutoff)
         count_query = select(func.count()).select_from(R).where(*req_where)
+        artifact_where = artifacts_store.filters(torch_version, device, older_than)
         if dry_run:
             return self._read(lambda conn: conn.execute(count_query).scalar_one())
 
@@ -547,6 +562,7 @@ class Store:
             conn.execute(delete(C).where(C.c.request_id.in_(select(R.c.id).where(*req_where))))
             conn.execute(delete(R).where(*req_where))
             conn.execute(delete(M).where(*miss_where))
+            conn.execute(delete(A).where(*artifact_where))
             conn.execute(
                 delete(E).where(
                     *(~sa.exists().where(t.c.env_id == E.c.id) for t in (R, M, K))
@@ -558,6 +574,92 @@ class Store:
         self._env_ids.clear()
         log.info("pruned %d cached requests", removed)
         return removed
+
+    @_db_errors
+    def prune_artifacts(
+        self,
+        torch_version: str | None = None,
+        device: str | None = None,
+        older_than: timedelta | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Remove matching artifacts only (all filters must hold; none given matches all).
+
+        torch_version matches exactly, device as a case-insensitive substring of
+        the artifact's device, older_than compares with when it was written.
+        Returns the number of artifacts (to be) removed.
+        """
+        where = artifacts_store.filters(torch_version, device, older_than)
+        if dry_run:
+            return self._read(lambda conn: artifacts_store.count(conn, where))
+        self._require_writable("prune")
+        removed = self._write(lambda conn: artifacts_store.delete(conn, where))
+        log.info("pruned %d cached artifacts", removed)
+        return removed
+
+    # --------------------------------------------------------------- artifacts
+
+    @_db_errors
+    def put_artifact(self, artifact: Artifact) -> bool:
+        """Store a compiled artifact unless its (kind, key) is already stored.
+
+        Write once: the first writer wins and the row never changes. Returns
+        True when this call wrote it. The signature is stored as given: the store
+        never verifies it (readers do, before loading anything).
+        """
+        self._require_writable()
+        values = artifacts_store.row_values(artifact)
+        return self._write(lambda conn: artifacts_store.insert_once(conn, self._insert(A), values))
+
+    @_db_errors
+    def get_artifact(self, kind: str, key: str) -> Artifact | None:
+        """The artifact stored under (kind, key), payload and signature as stored, or None.
+
+        One indexed query; works on read-only stores and with SELECT-only roles.
+        """
+        return self._read(lambda conn: artifacts_store.get(conn, kind, key))
+
+    @_db_errors
+    def has_artifact(self, kind: str, key: str) -> bool:
+        """Whether (kind, key) is stored, without reading the payload."""
+        return self._read(lambda conn: artifacts_store.exists(conn, kind, key))
+
+    @_db_errors
+    def artifacts(
+        self,
+        kind: str | None = None,
+        device: str | None = None,
+        signer: str | None = None,
+        limit: int | None = 100,
+    ) -> list[ArtifactInfo]:
+        """Stored artifacts newest first, without payloads.
+
+        device is a case-insensitive substring; signer a key fingerprint, or
+        "unsigned"; limit None or 0 lists all.
+        """
+        return self._read(lambda conn: artifacts_store.list_infos(conn, kind, device, signer, limit))
+
+    def iter_artifacts(self) -> Iterator[Artifact]:
+        """Every stored artifact in id order, one query and one payload at a time."""
+        last_id = 0
+        while (found := self._artifact_after(last_id)) is not None:
+            last_id, artifact = found
+            yield artifact
+
+    @_db_errors
+    def _artifact_after(self, last_id: int) -> tuple[int, Artifact] | None:
+        return self._read(lambda conn: artifacts_store.next_after(conn, last_id))
+
+    def _put_artifacts(self, artifacts: Iterable[Artifact]) -> tuple[int, int]:
+        """(written, already stored), a bounded batch per transaction."""
+        written = skipped = 0
+        for batch in artifacts_store.batches(artifacts):
+            rows = [artifacts_store.row_values(a) for a in batch]
+            done = self._write(
+                lambda conn, rows=rows: sum(artifacts_store.insert_once(conn, self._insert(A), r) for r in rows)
+            )
+            written, skipped = written + done, skipped + len(rows) - done
+        return written, skipped
 
     # ------------------------------------------------------------------- reads
 
@@ -756,6 +858,7 @@ class Store:
                 "misses": count(M),
                 "miss_events": conn.execute(select(func.coalesce(func.sum(M.c.count), 0))).scalar_one(),
                 "kernel_configs": count(K),
+                **artifacts_store.stats(conn),
                 "size_bytes": self._size_bytes(conn),
             }
 
@@ -764,7 +867,7 @@ class Store:
     def _size_bytes(self, conn: Connection) -> int | None:
         if self.dialect == "postgresql":
             size = sa.text("SELECT pg_total_relation_size(CAST(:name AS regclass))")
-            return int(sum(conn.execute(size, {"name": t.name}).scalar_one() for t in (E, R, C, M, K)))
+            return int(sum(conn.execute(size, {"name": t.name}).scalar_one() for t in (E, R, C, M, K, A)))
         path = self._sqlite_path()
         if path is None:
             return None
@@ -796,10 +899,11 @@ class Store:
         return schema.head_revision(self.migrations_dir)
 
     @_db_errors
-    def export_jsonl(self, fp: IO[str]) -> int:
-        """Write a header line, one TuningResult per line, then every kernel config;
-        returns the result count."""
-        return jsonl.write(fp, (result for _, result in self.iter_results()), self._all_kernel_configs())
+    def export_jsonl(self, fp: IO[str]) -> ExportReport:
+        """Write a header line, one TuningResult per line, every kernel config, then
+        every artifact (read and written one at a time); returns the counts."""
+        results = (result for _, result in self.iter_results())
+        return jsonl.write(fp, results, self._all_kernel_configs(), self.iter_artifacts())
 
     def _all_kernel_configs(self) -> list[jsonl.KernelConfig]:
         def work(conn: Connection) -> list[jsonl.KernelConfig]:
@@ -811,13 +915,27 @@ class Store:
 
     @_db_errors
     def import_jsonl(self, fp: IO[str]) -> ImportReport:
-        """Validate every line, then store the results; re-importing changes nothing.
+        """Validate every line, then store the results, kernel configs and artifacts;
+        re-importing changes nothing.
 
         Raises ImportValidationError (line number and problem) before writing
-        anything if any line is bad.
+        anything if any line is bad. Artifacts keep their signatures as they are
+        (readers verify them); a (kind, key) already stored is left alone.
         """
         self._require_writable("import into")
-        contents = jsonl.read(fp)
+        with _rewindable(fp) as source:
+            start = source.tell()
+            contents = jsonl.read(source)
+            report = self._import_contents(contents)
+            written = skipped = 0
+            if contents.artifacts:
+                # A second pass: the first one only checked the artifacts, so that
+                # at most one payload (tens of MB) is in memory at a time.
+                source.seek(start)
+                written, skipped = self._put_artifacts(jsonl.read_artifacts(source))
+        return dataclasses.replace(report, artifacts=written, artifacts_skipped=skipped)
+
+    def _import_contents(self, contents: jsonl.Contents) -> ImportReport:
         unique = {(r.env.key, r.request.key): r for r in contents.results}
         ordered = [unique[k] for k in sorted(unique)]
         imported = 0
@@ -944,6 +1062,23 @@ def _ensure_wal(cursor: Any) -> None:
             if not transient or time.monotonic() > deadline:
                 raise
             time.sleep(random.uniform(0.005, 0.05))
+
+
+@contextmanager
+def _rewindable(fp: IO[str]) -> Iterator[IO[str]]:
+    """fp itself if it can seek back, else a temporary copy of it (stdin, a pipe):
+    import reads the file twice rather than hold every artifact in memory."""
+    try:
+        seekable = fp.seekable() and fp.tell() >= 0
+    except (OSError, ValueError, AttributeError):
+        seekable = False
+    if seekable:
+        yield fp
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as copy:
+        shutil.copyfileobj(fp, copy)
+        copy.seek(0)
+        yield copy
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -73,6 +73,40 @@ def postgres_url(_pg_database: sa.URL) -> Iterator[str]:
 
 
 @pytest.fixture
+def readonly_postgres_url(postgres_url: str, _pg_database: sa.URL) -> Iterator[tuple[str, str]]:
+    """(writer_url, reader_url) for one fresh schema, already migrated to head.
+
+    The writer is the admin user; the reader logs in as a new role that may only
+    SELECT in that schema (as a training job's credentials would), including
+    tables a later migration creates. The role is dropped at teardown.
+    """
+    schema = sa.make_url(postgres_url).query["options"].split("=", 1)[1]
+    role = f"autotune_ro_{uuid.uuid4().hex[:12]}"
+    with Store(postgres_url) as writer:
+        writer.upgrade()
+    engine = _admin_engine(_pg_database.database)
+    with engine.connect() as conn:
+        for statement in (
+            f'CREATE ROLE "{role}" LOGIN',
+            f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"',
+            f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"',
+            f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" GRANT SELECT ON TABLES TO "{role}"',
+        ):
+            conn.exec_driver_sql(statement)
+    reader = _pg_database.set(username=role, password=None).render_as_string(hide_password=False)
+    try:
+        yield postgres_url, f"{reader}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.connect() as conn:
+            # A store the test left open still holds the role's sessions; DROP ROLE would fail.
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
+            conn.exec_driver_sql(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')
+            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')  # its grants and default privileges
+            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+        engine.dispose()
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cache' / 'cache.db'}"
 

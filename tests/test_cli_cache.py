@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner, Result
 from factories import make_env, make_request, make_result
 
-from cache import Store
+from cache import Artifact, Store
+from cache.schema import head_revision
+from cache.signing import generate
 from cli import cache as cache_group
 from cli import main
 
@@ -172,6 +174,109 @@ def test_env_var_and_missing_database(monkeypatch: pytest.MonkeyPatch, tmp_path:
     missing = cli("cache", "stats")
     assert missing.exit_code == 1 and "no cache database at" in missing.stderr and not path.exists()
     created = cli("cache", "upgrade")
-    assert created.exit_code == 0 and "upgraded from empty to 0001" in created.stdout
-    assert "already at revision 0001" in cli("cache", "upgrade").stdout
+    assert created.exit_code == 0 and f"upgraded from empty to {head_revision()}" in created.stdout
+    assert f"already at revision {head_revision()}" in cli("cache", "upgrade").stdout
     assert json.loads(cli("cache", "stats", "--json").stdout)["url"] == f"sqlite:///{path}"
+
+
+# ------------------------------------------------------------------ artifacts
+
+
+@pytest.fixture
+def with_artifacts(populated: str, tmp_path: Path) -> tuple[str, str]:
+    """The populated cache plus three artifacts; returns (url, the signer's fingerprint)."""
+    signer = generate(tmp_path / "keys" / "sweeper")
+    long_key = "torch-2.13.0:" + "ab" * 40 + "/c" + "d" * 50 + ".so"
+    rows = [
+        ("fx_graph", "fxgraph-one", b"\x00\x01" * 500, "2.13.0+cu128", "NVIDIA H100 80GB HBM3", signer),
+        ("fx_graph", "fxgraph-two", b"\xff" * 2000, "2.5.1", "NVIDIA A100-SXM4-80GB", signer),
+        ("cpp_kernel", long_key, b"ELF" * 100, "2.13.0+cu128", "cpu", None),
+    ]
+    with Store(populated) as store:
+        for kind, key, payload, torch_version, device, key_pair in rows:
+            store.put_artifact(Artifact(
+                kind=kind, key=key, payload=payload, torch_version=torch_version, device=device, host="sweeper-0",
+                signature=key_pair.sign(kind, key, payload) if key_pair else None,
+                public_key=key_pair.public_key if key_pair else None,
+            ))
+    return populated, signer.fingerprint
+
+
+def test_stats_counts_artifacts_by_kind_and_signer(with_artifacts: tuple[str, str]) -> None:
+    url, fingerprint = with_artifacts
+    text = cli("cache", "--cache", url, "stats").stdout
+    assert "artifacts          3" in text and "artifact bytes     3.3 kB" in text
+    assert "artifacts by kind  cpp_kernel 1, fx_graph 2" in text
+    assert f"artifact signers   {fingerprint} 2, unsigned 1" in text
+    data = json.loads(cli("cache", "--cache", url, "stats", "--json").stdout)
+    assert (data["artifacts"], data["artifact_bytes"]) == (3, 3300)
+    assert data["artifact_signers"] == {fingerprint: 2, "unsigned": 1}
+
+
+def test_ls_artifacts_with_filters(with_artifacts: tuple[str, str]) -> None:
+    url, fingerprint = with_artifacts
+    result = cli("cache", "--cache", url, "ls", "--artifacts")
+    assert result.exit_code == 0
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["id", "kind", "key", "size", "signer", "torch", "device", "age"]
+    assert len(rows) == 3 and rows[0].split()[1] == "cpp_kernel"  # newest first
+    assert "torch-2.13.0:abab" in rows[0] and "…" in rows[0] and "dddd.so" in rows[0]  # both ends kept
+    assert "unsigned" in rows[0] and "300 B" in rows[0] and rows[0].rstrip().endswith("0s")
+    assert fingerprint in rows[1] and "2.0 kB" in rows[1] and "2.5.1" in rows[1] and "A100" in rows[1]
+
+    def keys(*args: str) -> list[str]:
+        return [r["key"] for r in json.loads(cli("cache", "--cache", url, "ls", "--artifacts", "--json", *args).stdout)]
+
+    assert keys("--kind", "fx_graph") == ["fxgraph-two", "fxgraph-one"]
+    assert keys("--signer", fingerprint, "--device", "h100") == ["fxgraph-one"]
+    assert len(keys("--signer", "unsigned")) == 1 and keys("--limit", "1") == keys()[:1]
+    [row] = json.loads(cli("cache", "--cache", url, "ls", "--artifacts", "--json", "--kind", "cpp_kernel").stdout)
+    assert set(row) == {"id", "kind", "key", "size", "digest", "signer", "torch_version", "device", "host",
+                        "created_at"} and row["signer"] is None
+    none = cli("cache", "--cache", url, "ls", "--artifacts", "--signer", "0" * 16)
+    assert none.exit_code == 0 and "No cached artifacts match" in none.stderr
+
+    for bad in (["--kind", "fx_graph"], ["--artifacts", "--misses"], ["--artifacts", "--op", "mm"]):
+        wrong = cli("cache", "--cache", url, "ls", *bad)
+        assert wrong.exit_code == 2 and "Error: " in wrong.stderr and wrong.stdout == "", bad
+    assert "add --artifacts" in cli("cache", "--cache", url, "ls", "--signer", fingerprint).stderr
+    assert "'pickle' is not one of" in cli("cache", "--cache", url, "ls", "--artifacts", "--kind", "pickle").stderr
+
+
+def test_prune_counts_requests_and_artifacts(with_artifacts: tuple[str, str]) -> None:
+    url, _ = with_artifacts
+    dry = cli("cache", "--cache", url, "prune", "--device", "a100", "--dry-run")
+    assert "Would remove 1 cached requests and 1 artifacts" in dry.stdout
+    done = cli("cache", "--cache", url, "prune", "--torch-version", "2.5.1")
+    assert done.exit_code == 0 and "Removed 0 cached requests and 1 artifacts" in done.stdout
+    assert "Removed 0 cached requests and 0 artifacts" in cli("cache", "--cache", url, "prune", "--older-than", "1d").stdout
+    assert json.loads(cli("cache", "--cache", url, "stats", "--json").stdout)["artifacts"] == 2
+
+
+def test_export_import_carry_artifacts(with_artifacts: tuple[str, str], tmp_path: Path) -> None:
+    url, _ = with_artifacts
+    path = tmp_path / "cache.jsonl"
+    exported = cli("cache", "--cache", url, "export", str(path))
+    assert exported.exit_code == 0 and "Exported 4 results and 3 artifacts" in exported.stderr
+    target = str(tmp_path / "copy.db")
+    imported = cli("cache", "--cache", target, "import", str(path))
+    assert "Imported 4 results (0 unchanged) and 3 artifacts (0 already stored)" in imported.stdout
+    again = cli("cache", "--cache", target, "import", "-", input=path.read_text())
+    assert "Imported 0 results (4 unchanged) and 0 artifacts (3 already stored)" in again.stdout
+    assert cli("cache", "--cache", target, "export", "-").stdout == path.read_text()
+
+
+def test_bad_artifact_line_names_it_and_imports_nothing(tmp_path: Path, sqlite_url: str) -> None:
+    good = json.dumps(make_result().to_json())
+    artifact = {"kind": "fx_graph", "key": "k", "payload": "AAEC", "digest": "0" * 64, "signature": None,
+                "public_key": None, "torch_version": "2.13.0", "device": "cpu", "host": "h",
+                "created_at": "2025-01-01T00:00:00+00:00"}
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(['{"format": "autotune-cache", "version": 3}', good,
+                               json.dumps({"artifact": artifact})]) + "\n")
+    Store(sqlite_url).upgrade()
+    result = cli("cache", "--cache", sqlite_url, "import", str(path))
+    assert result.exit_code == 1 and f"{path}: line 3: artifact.digest" in result.stderr
+    assert "nothing was imported" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    data = json.loads(cli("cache", "--cache", sqlite_url, "stats", "--json").stdout)
+    assert (data["requests"], data["artifacts"]) == (0, 0)

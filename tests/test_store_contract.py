@@ -29,7 +29,7 @@ from cache import (
 from cache.models import Base
 from cache.records import STATUS_FAILED, STATUS_OK
 from cache.models import requests as requests_table
-from cache.schema import MIGRATIONS_DIR
+from cache.schema import MIGRATIONS_DIR, head_revision
 
 # ------------------------------------------------------------------ round trip
 
@@ -250,12 +250,13 @@ def test_pickle_round_trip(store: Store, store_url: str) -> None:
 
 # ----------------------------------------------------------------- migrations
 
-_REVISION_0002 = '''"""test-only second revision"""
+# A revision after the package's head (whatever that is now).
+_NEXT_REVISION = '''"""test-only next revision"""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "9999_test"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 
@@ -274,28 +275,28 @@ def newer_migrations(tmp_path: Path) -> Path:
     """The package's migrations plus one more revision, as a newer autotune would ship."""
     target = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, target, ignore=shutil.ignore_patterns("__pycache__"))
-    (target / "versions" / "0002_test.py").write_text(_REVISION_0002)
+    (target / "versions" / "9999_test.py").write_text(_NEXT_REVISION.replace("{head}", head_revision()))
     return target
 
 
 def test_empty_database_is_created_at_head(store_url: str) -> None:
     with Store(store_url) as store:
         assert store.current_revision() is None
-        assert store.stats()["schema_revision"] == "0001"
+        assert store.stats()["schema_revision"] == head_revision()
 
 
 def test_outdated_schema_is_detected_and_upgraded(store_url: str, newer_migrations: Path) -> None:
     with Store(store_url) as old:
-        old.put_result(make_result())  # database at 0001
+        old.put_result(make_result())  # database at the package's head
     newer = Store(store_url, migrations_dir=newer_migrations)
     with pytest.raises(SchemaOutdated, match="autotune cache upgrade") as info:
         newer.lookup(make_env(), "k")
-    assert "0001" in str(info.value) and "\n" not in str(info.value)
-    assert newer.upgrade() == "0002"
-    assert newer.current_revision() == "0002"
+    assert head_revision() in str(info.value) and "\n" not in str(info.value)
+    assert newer.upgrade() == "9999_test"
+    assert newer.current_revision() == "9999_test"
     assert newer.lookup(make_env(), make_result().request.key) == make_result()  # data kept
     newer.close()
-    # And an autotune that only knows 0001 refuses the newer database.
+    # And an autotune that only knows the older head refuses the newer database.
     with pytest.raises(SchemaOutdated, match="newer than this autotune"):
         Store(store_url).lookup(make_env(), "k")
 
@@ -376,7 +377,7 @@ def test_export_import_round_trip_and_idempotent_reimport(store: Store, sqlite_u
     store.record_miss(make_env(), make_request(m=9))
     text = _export(store)
     lines = text.splitlines()
-    assert json.loads(lines[0]) == {"format": "autotune-cache", "version": 2}
+    assert json.loads(lines[0]) == {"format": "autotune-cache", "version": 3}
     assert len(lines) == 1 + len(results)
 
     # Into another store (on the other backend's default: an SQLite file).

@@ -1,0 +1,278 @@
+"""The artifact tier at compile time: Inductor's own caches, backed by the SQL store, signed.
+
+Three seams, each keyed by the key torch itself looks the artifact up by, so a
+changed model, torch, Triton, config or device misses safely:
+
+- **FX graph and AOTAutograd entries** go through Inductor's remote-cache
+  layer (``torch._inductor.remote_cache``): ``RemoteFxGraphCache`` and
+  ``RemoteAOTAutogradCache`` get our backend through ``backend_override_cls``,
+  and ``fx_graph_remote_cache`` / ``enable_remote_autograd_cache`` are turned
+  on (neither is part of any cache key). A graph entry bundles its Triton
+  kernels, so a hit compiles nothing.
+- **C++ kernel libraries** (CPU): ``codecache._worker_compile_cpp`` builds a
+  ``.so`` whose path under the cache dir is a hash of its source and compiler
+  command line; before it builds, the library is fetched by that path.
+- **Dynamo's package** (``caching_precompile``): ``DynamoCache.load`` reads
+  ``<cache dir>/dynamo/<source id>/entry``; the entry is fetched there first.
+  See ``autotune/dynamo_package.py``.
+
+Every payload is verified against the trusted keys *before* it is handed to
+torch, i.e. before anything in it is unpickled, imported or dlopened. A
+payload that does not verify is a miss: torch compiles as it would have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
+from cache.signing import OK, Signer, TrustedKeys
+
+from .patching import StackedPatch
+
+log = logging.getLogger(__name__)
+
+# Payloads can be megabytes: a fetch may take longer than a winner's lookup.
+FETCH_TIMEOUT_FACTOR = 5.0
+
+
+class ArtifactTier:
+    """Fetches verified artifacts and publishes signed ones; never raises into torch.
+
+    ``call(fn, timeout)`` runs ``fn(store)`` bounded and returns None on any
+    failure (the hook's policy: the first error disables the cache with one
+    warning). ``submit(fn)`` runs a write in the background.
+    """
+
+    def __init__(self, *, trusted: TrustedKeys, signer: Signer | None, device: str, stats: Any,
+                 call: Callable[[Callable[[Any], Any], float], Any],
+                 submit: Callable[[Callable[[], None]], None], timeout: float) -> None:
+        self.trusted = trusted
+        self.signer = signer
+        self.device = device
+        self.stats = stats  # the hook's HookStats: artifacts_loaded / _rejected / _published
+        self._call = call
+        self._submit = submit
+        self._timeout = timeout * FETCH_TIMEOUT_FACTOR
+        self._warned = False
+        self._lock = threading.Lock()
+
+    @property
+    def reads(self) -> bool:
+        return bool(self.trusted)
+
+    @property
+    def writes(self) -> bool:
+        return self.signer is not None
+
+    def fetch(self, kind: str, key: str) -> bytes | None:
+        """The payload stored under (kind, key) if it verifies, else None (a miss)."""
+        if not self.reads:
+            return None
+        stored: Artifact | None = self._call(lambda store: store.get_artifact(kind, key), self._timeout)
+        if stored is None:
+            return None
+        verdict = self.trusted.verify(kind, key, stored.payload, stored.signature, stored.public_key)
+        with self._lock:
+            if verdict == OK:
+                self.stats.artifacts_loaded += 1
+                return stored.payload
+            self.stats.artifacts_rejected += 1
+            warn, self._warned = not self._warned, True
+        if warn:  # one warning per process; later rejections are counted only
+            log.warning("autotune: rejected a %s artifact (%s, signer %s); compiling it instead. "
+                        "Trust its signer with AUTOTUNE_TRUSTED_KEYS if you mean to", kind,
+                        verdict.replace("_", " "), stored.signer or "none")
+        else:
+            log.info("autotune: rejected a %s artifact (%s)", kind, verdict)
+        return None
+
+    def publish(self, kind: str, key: str, payload: bytes) -> None:
+        """Sign and store in the background; the first writer of a key wins."""
+        signer = self.signer
+        if signer is None:
+            return
+        import socket
+
+        import torch
+
+        artifact = Artifact(kind=kind, key=key, payload=bytes(payload),
+                            signature=signer.sign(kind, key, payload), public_key=signer.public_key,
+                            torch_version=torch.__version__, device=self.device, host=socket.gethostname())
+
+        def put() -> None:
+            if self._call(lambda store: store.put_artifact(artifact), self._timeout):
+                with self._lock:
+                    self.stats.artifacts_published += 1
+
+        self._submit(put)
+
+
+# ------------------------------------------------------------------ remote caches
+
+
+def _backend_class() -> type:
+    from torch._inductor.remote_cache import RemoteCacheBackend
+
+    class SignedStoreBackend(RemoteCacheBackend):  # type: ignore[type-arg,misc]
+        """Bytes in, bytes out: Inductor's JSON serde sits above, so this sees the
+        exact bytes that will be decoded (and unpickled) after a get."""
+
+        kind = ""
+
+        def _get(self, key: str) -> bytes | None:
+            tier = _active()
+            return tier.fetch(self.kind, key) if tier is not None else None
+
+        def _put(self, key: str, data: bytes) -> None:
+            tier = _active()
+            if tier is not None and isinstance(data, (bytes, bytearray)):
+                tier.publish(self.kind, key, bytes(data))
+
+    return SignedStoreBackend
+
+
+def _backend_for(kind: str) -> Callable[[], Any]:
+    def make() -> Any:
+        backend = _backend_class()()
+        backend.kind = kind
+        return backend
+
+    return make
+
+
+class _Switches:
+    """Inductor's remote-cache switches and backend overrides, set while a tier is active."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def on(self) -> None:
+        import torch._functorch.config as functorch_config
+        from torch._inductor import config
+        from torch._inductor import remote_cache as rc
+
+        for owner, name, value in (
+            (config, "fx_graph_remote_cache", True),
+            (functorch_config, "enable_remote_autograd_cache", True),
+            (rc.RemoteFxGraphCache, "backend_override_cls", _backend_for(ARTIFACT_FX_GRAPH)),
+            (rc.RemoteAOTAutogradCache, "backend_override_cls", _backend_for(ARTIFACT_AOT_AUTOGRAD)),
+        ):
+            self._saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, value)
+
+    def off(self) -> None:
+        while self._saved:
+            owner, name, value = self._saved.pop()
+            setattr(owner, name, value)
+
+
+# --------------------------------------------------------------------- C++ kernels
+
+
+def cpp_key(target: str, root: str | None = None) -> str | None:
+    """The portable key of a C++ library Inductor builds: torch's version plus the
+    path under the cache dir, which hashes the source and the full compiler command
+    line (ISA flags included). None for a file outside the cache dir."""
+    import torch
+
+    from .kernel_configs import inductor_cache_dir
+
+    root = os.path.realpath(root or inductor_cache_dir())
+    relative = os.path.relpath(os.path.realpath(target), root)
+    if relative.startswith(os.pardir) or os.path.isabs(relative):
+        return None
+    return f"torch-{torch.__version__}:{relative.replace(os.sep, '/')}"
+
+
+def write_atomic(path: str, payload: bytes, mode: int = 0o755) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(temporary, "wb") as handle:
+        handle.write(payload)
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)  # a concurrent loader never sees half a library
+
+
+def _patched_compile_cpp(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
+    def compile_cpp(lock_path: str, cpp_builders: Any) -> None:
+        tier = patch.top
+        target = key = None
+        if tier is not None and cpp_builders:
+            try:
+                target = cpp_builders[-1].get_target_file_path()
+                key = cpp_key(target)
+                if key is not None and not os.path.exists(target):
+                    payload = tier.fetch(ARTIFACT_CPP_KERNEL, key)
+                    if payload is not None:
+                        write_atomic(target, payload)
+                        return
+            except Exception:  # a cache problem must never fail the compile
+                log.debug("could not fetch a C++ kernel", exc_info=True)
+        original(lock_path, cpp_builders)
+        if tier is not None and tier.writes and key is not None and target is not None:
+            try:
+                with open(target, "rb") as handle:
+                    tier.publish(ARTIFACT_CPP_KERNEL, key, handle.read())
+            except OSError:
+                log.debug("could not publish a C++ kernel", exc_info=True)
+
+    return compile_cpp
+
+
+def _codecache_module() -> Any:
+    from torch._inductor import codecache
+
+    return codecache
+
+
+# The tiers installed, innermost last: Inductor builds its backends itself, so they find the tier here.
+_TIERS: list[ArtifactTier] = []
+
+
+def _active() -> ArtifactTier | None:
+    return _TIERS[-1] if _TIERS else None
+
+
+_COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(_codecache_module, "_worker_compile_cpp",
+                                                        _patched_compile_cpp)
+
+
+class ArtifactSeams:
+    """Installs the tier into torch's caches; ``remove()`` puts everything back."""
+
+    def __init__(self, tier: ArtifactTier, *, dynamo_package: bool) -> None:
+        from . import dynamo_package as packages
+
+        self.tier = tier
+        self._switches = _Switches()
+        self._switches.on()
+        _TIERS.append(tier)
+        _COMPILE_CPP.push(tier)
+        self.package = packages.install(tier) if dynamo_package else None
+
+    def publish_packages(self) -> int:
+        """Sign and store Dynamo's packages recorded so far (after forward and backward ran)."""
+        if self.package is None:
+            return 0
+        try:
+            return self.package.publish()
+        except Exception:  # noqa: BLE001 - publishing is a bonus, never a failure
+            log.debug("could not publish Dynamo packages", exc_info=True)
+            return 0
+
+    @property
+    def packages_refused(self) -> int:
+        return self.package.refused if self.package is not None else 0
+
+    def remove(self) -> None:
+        if self.package is not None:
+            self.package.remove()
+            self.package = None
+        _COMPILE_CPP.pop()
+        if self.tier in _TIERS:
+            _TIERS.remove(self.tier)
+        self._switches.off()

@@ -1,0 +1,236 @@
+"""Dynamo's package in the artifact tier: a fresh node skips tracing too.
+
+With ``torch._dynamo.config.caching_precompile`` on, ``torch.compile`` asks
+``DynamoCache.load(fn)`` for a package before it traces ``fn``: the traced
+bytecode, its guards and the compiled backends, read from
+``<inductor cache dir>/dynamo/<source id>/entry``. Dynamo's own guards (and
+its check of the inlined functions' source) still decide whether a loaded
+package applies; a package that does not is dropped and ``fn`` is traced.
+
+Here the load is preceded by a fetch of that entry from the store, verified
+before it is written where Dynamo will unpickle it; and ``publish()`` (called
+by the hook's flush, after the job has run forward and backward) signs and
+stores the entries this process recorded. Torch's source id is only the
+function's qualified name and first line, so the stored key adds the
+environment (torch, device, Inductor config) and a hash of the function's
+source file: another model with a ``forward`` on the same line never collides.
+
+A model Dynamo cannot package (a class defined inside a function, a frozen
+mkldnn weight) is counted once and left to the FX graph and AOTAutograd
+entries, which serve it all the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import pickle
+from typing import Any, Callable
+
+from cache.records import ARTIFACT_DYNAMO
+
+from .patching import StackedPatch
+
+log = logging.getLogger(__name__)
+
+
+class PackageSeam:
+    def __init__(self, tier: Any) -> None:
+        import torch._dynamo.config as dynamo_config
+
+        self.tier = tier
+        self.keys: dict[str, str] = {}  # torch's source id -> our key, filled at load time
+        self.published: set[str] = set()
+        self.refused = 0
+        self._config = dynamo_config
+        self._previous = dynamo_config.caching_precompile
+        dynamo_config.caching_precompile = True
+        for patch in _PATCHES:
+            patch.push(self)
+
+    def remove(self) -> None:
+        for patch in reversed(_PATCHES):
+            patch.pop()
+        self._config.caching_precompile = self._previous
+
+    # --- load side -----------------------------------------------------------------
+    def before_load(self, fn: Any) -> None:
+        from torch._dynamo.package import CompilePackage, DynamoCache
+
+        source_id = CompilePackage.source_id_from_fn(fn)
+        key = self.keys.setdefault(source_id, _stored_key(fn, source_id, self.tier.device))
+        path = os.path.join(DynamoCache.path_prefix(), source_id, "entry")
+        if os.path.exists(path):
+            return
+        payload = self.tier.fetch(ARTIFACT_DYNAMO, key)
+        if payload is not None:
+            from .artifacts import write_atomic
+
+            write_atomic(path, payload, mode=0o644)
+
+    # --- publish side ----------------------------------------------------------------
+    def publish(self) -> int:
+        """Sign and store every package recorded so far (once each); returns how many."""
+        if not self.tier.writes:
+            return 0
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        try:
+            entries, _ = PrecompileContext.create_cache_entries()
+        except Exception as exc:  # noqa: BLE001 - torch refused: the other entries still serve
+            self._refuse(f"{type(exc).__name__}: {exc}")
+            return 0
+        count = 0
+        for source_id, entry in entries.items():
+            key = self.keys.get(source_id)
+            if key is None or key in self.published or not _has_guarded_code(entry):
+                continue
+            try:
+                payload = pickle.dumps(entry)
+            except Exception as exc:  # noqa: BLE001 - e.g. mkldnn weights, local classes
+                self._refuse(f"{type(exc).__name__}: {exc}")
+                continue
+            self.published.add(key)
+            self.tier.publish(ARTIFACT_DYNAMO, key, payload)
+            count += 1
+        return count
+
+    def _refuse(self, reason: str) -> None:
+        self.refused += 1
+        if self.refused == 1:
+            log.warning("autotune: Dynamo could not package this model (%s); its FX graph and "
+                        "AOTAutograd entries are shared instead", reason.splitlines()[0][:200])
+
+
+def _has_guarded_code(entry: Any) -> bool:
+    """A package worth storing: at least one traced frame kept its guards and code."""
+    codes = getattr(getattr(entry, "dynamo", None), "codes", None) or []
+    return any(getattr(code, "guarded_codes", None) and not getattr(code, "bypassed", False) for code in codes)
+
+
+def _stored_key(fn: Any, source_id: str, device: str) -> str:
+    from .env import current_environment
+
+    return f"{current_environment(device).key[:24]}:{_source_file_digest(fn)}:{source_id}"
+
+
+def _source_file_digest(fn: Any) -> str:
+    """A hash of the file that defines fn (its whole source: classes it calls included)."""
+    from torch._dynamo.eval_frame import innermost_fn
+
+    inner = innermost_fn(fn)
+    try:
+        path = inspect.getsourcefile(inner) or ""
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()[:24]
+    except (OSError, TypeError):
+        code = getattr(inner, "__code__", None)
+        return hashlib.sha256(code.co_code if code else repr(inner).encode()).hexdigest()[:24]
+
+
+def _patched_load(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
+    def load(self: Any, fn: Callable[..., Any]) -> Any:
+        seam = patch.top
+        if seam is not None:
+            try:
+                seam.before_load(fn)
+            except Exception:  # a cache problem never fails the compile
+                log.debug("could not fetch a Dynamo package", exc_info=True)
+        return original(self, fn)
+
+    return load
+
+
+# What serialize_guards returns for guards it could not pickle; add_guarded_code then
+# drops the frame from the package instead of storing it.
+_UNSERIALIZABLE = b"autotune:guards-not-serializable"
+
+
+def _patched_serialize_guards(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
+    """Guards Dynamo cannot pickle (a class it cannot import by name, say) raise a
+    PicklingError that fails the compile, and torch's own bypass for a PackageError
+    then trips an assertion (torch 2.13). So: leave this frame out of the package
+    and go on compiling, as a job without packages would."""
+
+    def serialize_guards(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            seam = patch.top
+            if seam is None:
+                raise
+            seam._refuse(f"{type(exc).__name__}: {exc}")
+            return _UNSERIALIZABLE
+
+    return serialize_guards
+
+
+def _patched_add_guarded_code(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
+    def add_guarded_code(self: Any, guards_state: bytes, *args: Any, **kwargs: Any) -> Any:
+        if guards_state is _UNSERIALIZABLE:
+            self.bypass_current_entry()  # the frame's entry is left out, its backends not installed
+            return None
+        return original(self, guards_state, *args, **kwargs)
+
+    return add_guarded_code
+
+
+def _patched_install(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
+    """Torch falls back to tracing when installing a loaded package raises RuntimeError,
+    but not for other errors (a KeyError for a module this process never imported),
+    and its fallback initializes the package a second time, which asserts (torch
+    2.11-2.13). So undo the install and the initialization, then raise RuntimeError:
+    the fallback traces ``fn`` as if nothing had been stored."""
+
+    def install(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            seam = patch.top
+            if seam is not None:
+                seam._refuse(f"the stored package does not apply here: {type(exc).__name__}: {exc}")
+            try:
+                self.uninstall()
+            except Exception:  # noqa: BLE001 - best effort: the globals it had installed
+                log.debug("could not uninstall a half-installed package", exc_info=True)
+            self._initialized = False
+            raise RuntimeError(f"autotune: cannot install a Dynamo package: {exc}") from exc
+
+    return install
+
+
+def _compile_package_class() -> type:
+    from torch._dynamo.package import CompilePackage
+
+    return CompilePackage
+
+
+def _check_function_manager_class() -> type:
+    from torch._dynamo.guards import CheckFunctionManager
+
+    return CheckFunctionManager
+
+
+def _disk_dynamo_cache_class() -> type:
+    from torch._dynamo.package import DiskDynamoCache
+
+    return DiskDynamoCache
+
+
+_LOAD: StackedPatch[PackageSeam] = StackedPatch(_disk_dynamo_cache_class, "load", _patched_load)
+_GUARDS: StackedPatch[PackageSeam] = StackedPatch(_check_function_manager_class, "serialize_guards",
+                                                  _patched_serialize_guards)
+_ADD: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "add_guarded_code", _patched_add_guarded_code)
+_INSTALL: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "install", _patched_install)
+_PATCHES = (_LOAD, _GUARDS, _ADD, _INSTALL)
+
+
+def install(tier: Any) -> PackageSeam | None:
+    """The seam, or None where this torch has no Dynamo package support."""
+    try:
+        return PackageSeam(tier)
+    except (ImportError, AttributeError) as exc:
+        log.info("autotune: no Dynamo package support in this torch (%s)", exc)
+        return None

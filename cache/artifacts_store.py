@@ -1,0 +1,192 @@
+"""SQL of the artifact tier, used by Store (cache/store.py).
+
+Plain functions on an open connection: Store owns the engines, transactions,
+retries and error translation, this module only knows the ``artifacts`` table.
+Artifacts are written once: the first writer of a (kind, key) wins and the row
+is never changed, so concurrent publishers of one compiled graph need no lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, bindparam, func, select
+
+from cache.models import artifacts as A
+from cache.records import ARTIFACT_KINDS, Artifact, ArtifactInfo, utcnow
+
+UNSIGNED = "unsigned"  # the signer filter and stats label of artifacts without a signature
+
+# Columns of a listing: everything but the payload, which can be tens of MB.
+_INFO_COLUMNS = (
+    A.c.id, A.c.kind, A.c.key, A.c.size, A.c.digest, A.c.signer,
+    A.c.torch_version, A.c.device, A.c.host, A.c.created_at,
+)  # fmt: skip
+_ARTIFACT_COLUMNS = (
+    A.c.id, A.c.kind, A.c.key, A.c.payload, A.c.signature, A.c.public_key,
+    A.c.torch_version, A.c.device, A.c.host, A.c.created_at,
+)  # fmt: skip
+# key_hash finds the row through the unique index; key == :key makes a hash collision a miss.
+_BY_KEY = (A.c.kind == bindparam("kind"), A.c.key_hash == bindparam("key_hash"), A.c.key == bindparam("key"))
+_LOOKUP = select(*_ARTIFACT_COLUMNS).where(*_BY_KEY)
+_EXISTS = select(A.c.id).where(*_BY_KEY)
+_NEXT = select(*_ARTIFACT_COLUMNS).where(A.c.id > bindparam("last_id")).order_by(A.c.id).limit(1)
+
+# An import writes artifacts in transactions of at most this many rows or bytes.
+IMPORT_BATCH_ROWS = 100
+IMPORT_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _params(kind: str, key: str) -> dict[str, str]:
+    return {"kind": kind, "key_hash": key_hash(key), "key": key}
+
+
+def row_values(artifact: Artifact) -> dict[str, Any]:
+    """The row of an artifact; ValueError (naming the fix) for one the table must not hold."""
+    if artifact.kind not in ARTIFACT_KINDS:
+        raise ValueError(f"artifact kind {artifact.kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+    if not artifact.key:
+        raise ValueError(f"a {artifact.kind} artifact needs a non-empty key")
+    if not isinstance(artifact.payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"artifact payload must be bytes, got {type(artifact.payload).__name__}")
+    payload = bytes(artifact.payload)
+    return {
+        "kind": artifact.kind,
+        "key_hash": key_hash(artifact.key),
+        "key": artifact.key,
+        "digest": hashlib.sha256(payload).hexdigest(),
+        "size": len(payload),
+        "payload": payload,
+        "signature": bytes(artifact.signature) if artifact.signature else None,
+        "public_key": bytes(artifact.public_key) if artifact.public_key else None,
+        "signer": artifact.signer,
+        "torch_version": artifact.torch_version,
+        "device": artifact.device,
+        "host": artifact.host,
+        "created_at": artifact.created_at,
+    }
+
+
+def insert_once(conn: Connection, insert: Any, values: dict[str, Any]) -> bool:
+    """Insert unless (kind, key) is taken; True when this call wrote the row.
+
+    ``insert`` is the dialect's INSERT for the table (it has on_conflict_do_nothing).
+    """
+    params = {"kind": values["kind"], "key_hash": values["key_hash"], "key": values["key"]}
+    # Checked first so a publisher that lost the race does not ship megabytes for nothing.
+    if conn.execute(_EXISTS, params).first() is not None:
+        return False
+    statement = (
+        insert.values(**values)
+        .on_conflict_do_nothing(index_elements=[A.c.kind, A.c.key_hash])
+        .returning(A.c.id)
+    )
+    return conn.execute(statement).first() is not None
+
+
+def get(conn: Connection, kind: str, key: str) -> Artifact | None:
+    row = conn.execute(_LOOKUP, _params(kind, key)).first()
+    return None if row is None else _artifact(row)
+
+
+def exists(conn: Connection, kind: str, key: str) -> bool:
+    return conn.execute(_EXISTS, _params(kind, key)).first() is not None
+
+
+def next_after(conn: Connection, last_id: int) -> tuple[int, Artifact] | None:
+    """The artifact with the smallest id above last_id (export reads one payload at a time)."""
+    row = conn.execute(_NEXT, {"last_id": last_id}).first()
+    return None if row is None else (row.id, _artifact(row))
+
+
+def list_infos(
+    conn: Connection,
+    kind: str | None = None,
+    device: str | None = None,
+    signer: str | None = None,
+    limit: int | None = 100,
+) -> list[ArtifactInfo]:
+    """Newest first, without payloads."""
+    query = select(*_INFO_COLUMNS).where(*filters(device=device)).order_by(A.c.created_at.desc(), A.c.id.desc())
+    if kind:
+        query = query.where(A.c.kind == kind)
+    if signer:
+        query = query.where(A.c.signer.is_(None) if signer == UNSIGNED else A.c.signer == signer)
+    if limit:
+        query = query.limit(limit)
+    return [ArtifactInfo(**row._asdict()) for row in conn.execute(query)]
+
+
+def filters(
+    torch_version: str | None = None, device: str | None = None, older_than: timedelta | None = None
+) -> list[sa.ColumnElement[bool]]:
+    """prune's filters on artifacts: torch version exact, device a case-insensitive
+    substring, age by when the artifact was written (it is never rewritten)."""
+    where: list[sa.ColumnElement[bool]] = []
+    if torch_version:
+        where.append(A.c.torch_version == torch_version)
+    if device:
+        where.append(func.lower(A.c.device).contains(device.lower(), autoescape=True))
+    if older_than is not None:
+        where.append(A.c.created_at < utcnow() - older_than)
+    return where
+
+
+def count(conn: Connection, where: Iterable[sa.ColumnElement[bool]]) -> int:
+    return conn.execute(select(func.count()).select_from(A).where(*where)).scalar_one()
+
+
+def delete(conn: Connection, where: Iterable[sa.ColumnElement[bool]]) -> int:
+    where = list(where)
+    removed = count(conn, where)
+    conn.execute(sa.delete(A).where(*where))
+    return removed
+
+
+def stats(conn: Connection) -> dict[str, Any]:
+    """Counts and bytes for Store.stats(), read from the small columns only."""
+    by_kind = dict(conn.execute(select(A.c.kind, func.count()).group_by(A.c.kind)).all())
+    by_signer = conn.execute(select(A.c.signer, func.count()).group_by(A.c.signer)).all()
+    total = conn.execute(select(func.coalesce(func.sum(A.c.size), 0))).scalar_one()
+    return {
+        "artifacts": sum(by_kind.values()),
+        "artifact_bytes": int(total),
+        "artifacts_by_kind": dict(sorted(by_kind.items())),
+        "artifact_signers": dict(sorted((signer or UNSIGNED, n) for signer, n in by_signer)),
+    }
+
+
+def batches(artifacts: Iterable[Artifact]) -> Iterator[list[Artifact]]:
+    """Group artifacts for import transactions, bounded in rows and in bytes."""
+    batch: list[Artifact] = []
+    size = 0
+    for artifact in artifacts:
+        if batch and (len(batch) >= IMPORT_BATCH_ROWS or size + artifact.size > IMPORT_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(artifact)
+        size += artifact.size
+    if batch:
+        yield batch
+
+
+def _artifact(row: Any) -> Artifact:
+    return Artifact(
+        kind=row.kind,
+        key=row.key,
+        payload=bytes(row.payload),
+        signature=bytes(row.signature) if row.signature is not None else None,
+        public_key=bytes(row.public_key) if row.public_key is not None else None,
+        torch_version=row.torch_version,
+        device=row.device,
+        host=row.host,
+        created_at=row.created_at,  # UTC-aware: UTCDateTime re-attaches the zone
+    )

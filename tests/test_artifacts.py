@@ -1,0 +1,257 @@
+"""The artifact tier end to end: keys, signatures, the sweep publishing, a fresh job loading.
+
+Real components throughout: Ed25519 from `cryptography`, SQLite and the local
+PostgreSQL (a SELECT-only role), a local Ray sweep, and jobs in fresh processes
+with fresh Inductor cache dirs compiling under max-autotune on this CPU.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import torch
+from click.testing import CliRunner
+
+import cli
+from autotune.artifacts import ArtifactTier
+from autotune.hook import HookStats
+from cache import Store, signing
+from cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
+from test_hook import TINY, job
+
+PAYLOAD = bytes(range(256)) * 8
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A trusted writer's key pair and a stranger's."""
+    root = tmp_path_factory.mktemp("keys")
+    for name in ("writer", "stranger"):
+        result = CliRunner().invoke(cli.main, ["keys", "new", str(root / name)])
+        assert result.exit_code == 0, result.output
+    return {"writer": root / "writer", "writer.pub": root / "writer.pub",
+            "stranger": root / "stranger", "stranger.pub": root / "stranger.pub"}
+
+
+# ------------------------------------------------------------------ keys and signatures
+
+
+def test_keys_new_writes_a_private_key_only_its_owner_can_read(keys: dict[str, Path]) -> None:
+    assert stat.S_IMODE(keys["writer"].stat().st_mode) == 0o600
+    assert keys["writer.pub"].read_text().startswith("ed25519 ")
+    assert signing.load_signer(keys["writer"]).public_key == signing.load_public_key(keys["writer.pub"])
+
+
+def test_a_signature_binds_the_bytes_their_kind_and_their_key(keys: dict[str, Path]) -> None:
+    signer = signing.load_signer(keys["writer"])
+    trusted = signing.load_trusted([keys["writer.pub"]])
+    signature = signer.sign(ARTIFACT_FX_GRAPH, "k1", PAYLOAD)
+    public = signer.public_key
+
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", PAYLOAD, signature, public) == signing.OK
+    flipped = bytes([PAYLOAD[0] ^ 1]) + PAYLOAD[1:]
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", flipped, signature, public) == signing.BAD_SIGNATURE
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", PAYLOAD[:-7], signature, public) == signing.BAD_SIGNATURE
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k2", PAYLOAD, signature, public) == signing.BAD_SIGNATURE
+    assert trusted.verify(ARTIFACT_CPP_KERNEL, "k1", PAYLOAD, signature, public) == signing.BAD_SIGNATURE
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", PAYLOAD, signature[:40], public) == signing.BAD_SIGNATURE
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", PAYLOAD, None, None) == signing.UNSIGNED
+    stranger = signing.load_signer(keys["stranger"])
+    assert trusted.verify(ARTIFACT_FX_GRAPH, "k1", PAYLOAD, stranger.sign(ARTIFACT_FX_GRAPH, "k1", PAYLOAD),
+                          stranger.public_key) == signing.UNKNOWN_KEY
+
+
+@pytest.mark.parametrize("problem", ["missing", "directory", "malformed"])
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_bad_key_file_is_one_line_naming_it_and_exit_2(problem: str, command: str, tmp_path: Path,
+                                                         keys: dict[str, Path]) -> None:
+    path = tmp_path / "key"
+    if problem == "directory":
+        path.mkdir()
+    elif problem == "malformed":
+        path.write_text("not a key\n")
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    args = {"run": ["run", "--signing-key", str(path), str(script)],
+            "sweep": ["sweep", TINY, "--device", "cpu", "--signing-key", str(path)]}[command]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(path) in lines[0] and "autotune keys new" in lines[0], result.output
+    assert "ran" not in result.output
+
+
+def test_a_malformed_trusted_key_file_is_named_too(tmp_path: Path) -> None:
+    pub = tmp_path / "team.pub"
+    pub.write_text("ed25519 abcd\n")
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    result = CliRunner().invoke(cli.main, ["run", "--trusted-key", str(pub), str(script)])
+    assert result.exit_code == 2 and str(pub) in result.output and "ran" not in result.output
+
+
+# ------------------------------------------------------------------ the reader's checks
+
+
+def _tier(store: Store, trusted: signing.TrustedKeys, signer: signing.Signer | None = None) -> ArtifactTier:
+    def call(fn: Any, _timeout: float) -> Any:
+        return fn(store)
+
+    return ArtifactTier(trusted=trusted, signer=signer, device="cpu", stats=HookStats(), call=call,
+                        submit=lambda work: work(), timeout=2.0)
+
+
+def _signed(signer: signing.Signer, key: str, payload: bytes = PAYLOAD, **changes: Any) -> Artifact:
+    fields = dict(kind=ARTIFACT_FX_GRAPH, key=key, payload=payload,
+                  signature=signer.sign(ARTIFACT_FX_GRAPH, key, payload), public_key=signer.public_key,
+                  torch_version=torch.__version__, device="cpu")
+    return Artifact(**{**fields, **changes})
+
+
+def test_tampered_artifacts_are_never_handed_to_torch(store: Store, keys: dict[str, Path],
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    writer, stranger = signing.load_signer(keys["writer"]), signing.load_signer(keys["stranger"])
+    tier = _tier(store, signing.load_trusted([keys["writer.pub"]]))
+    good = _signed(writer, "good")
+    other = _signed(writer, "other", payload=b"other bytes")
+    store.put_artifact(good)
+    store.put_artifact(_signed(writer, "flipped", payload=bytes([PAYLOAD[0] ^ 0x80]) + PAYLOAD[1:],
+                               signature=good.signature))
+    store.put_artifact(_signed(stranger, "stranger"))
+    store.put_artifact(_signed(writer, "swapped", payload=other.payload, signature=good.signature))
+    store.put_artifact(_signed(writer, "truncated", payload=PAYLOAD[:100], signature=good.signature))
+    store.put_artifact(_signed(writer, "unsigned", signature=None, public_key=None))
+
+    caplog.set_level(logging.INFO, logger="autotune.artifacts")
+    assert tier.fetch(ARTIFACT_FX_GRAPH, "good") == PAYLOAD
+    for key in ("flipped", "stranger", "swapped", "truncated", "unsigned"):
+        assert tier.fetch(ARTIFACT_FX_GRAPH, key) is None, key
+    assert tier.fetch(ARTIFACT_FX_GRAPH, "absent") is None
+    assert (tier.stats.artifacts_loaded, tier.stats.artifacts_rejected) == (1, 5)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "rejected" in warnings[0].getMessage()
+
+
+def test_bytes_changed_in_the_database_are_rejected(store: Store, keys: dict[str, Path]) -> None:
+    writer = signing.load_signer(keys["writer"])
+    store.put_artifact(_signed(writer, "k"))
+    with store._engine().begin() as conn:  # someone with write access edits the row behind our back
+        conn.execute(sa.text("UPDATE artifacts SET payload = :p"), {"p": b"\xff" + PAYLOAD[1:]})
+    tier = _tier(store, signing.load_trusted([keys["writer.pub"]]))
+    assert tier.fetch(ARTIFACT_FX_GRAPH, "k") is None
+    assert tier.stats.artifacts_rejected == 1
+
+
+def test_without_trusted_keys_nothing_is_read(store: Store, keys: dict[str, Path]) -> None:
+    store.put_artifact(_signed(signing.load_signer(keys["writer"]), "k"))
+    tier = _tier(store, signing.NO_TRUSTED_KEYS)
+    assert tier.fetch(ARTIFACT_FX_GRAPH, "k") is None
+    assert (tier.stats.artifacts_loaded, tier.stats.artifacts_rejected) == (0, 0)
+
+
+# ------------------------------------------------------------------ sweep -> fresh job
+
+
+def _sweep(url: str, key: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", "sweep", TINY, "--device", "cpu", "--cache", url,
+                           "--signing-key", str(key)], capture_output=True, text=True, timeout=600,
+                          cwd=Path(cli.__file__).parent)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "signed artifacts published" in proc.stdout, proc.stdout
+
+
+@pytest.fixture(scope="module")
+def signed_sweep(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Iterator[str]:
+    """A SQLite cache after `autotune sweep --signing-key`: winners and signed artifacts."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('signed') / 'cache.db'}"
+    _sweep(url, keys["writer"])
+    yield url
+
+
+def _run_job(tmp_path: Path, url: str, name: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
+    with monkeypatch.context() as patched:
+        for key, value in env.items():
+            patched.setenv(key, value)
+        return job(tmp_path, "--cache", url, name=name)
+
+
+def test_a_fresh_job_loads_the_signed_artifacts_and_computes_the_same(
+        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(signed_sweep, read_only=True) as store:
+        stored = store.artifacts(limit=1000)
+    assert stored and all(info.signer == signing.load_signer(keys["writer"]).fingerprint for info in stored)
+    assert {info.kind for info in stored} >= {ARTIFACT_CPP_KERNEL}
+
+    plain = job(tmp_path, "--no-hook", name="plain")
+    loaded = _run_job(tmp_path, signed_sweep, "loaded", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["writer.pub"]))
+    stats = loaded["stats"]
+    assert stats["artifacts_loaded"] >= 1 and stats["artifacts_rejected"] == 0, stats
+    assert stats["hits"] == 2 and stats["misses"] == 0 and loaded["benchmarks"] == 0
+    torch.testing.assert_close(torch.load(loaded["output"]), torch.load(plain["output"]))
+
+
+def test_artifacts_from_an_untrusted_signer_are_compiled_instead(
+        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = job(tmp_path, "--no-hook", name="plain")
+    result = _run_job(tmp_path, signed_sweep, "untrusted", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["stranger.pub"]))
+    stats = result["stats"]
+    assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] >= 1, stats
+    assert result["stderr"].count("rejected a") == 1, result["stderr"][-2000:]
+    torch.testing.assert_close(torch.load(result["output"]), torch.load(plain["output"]))
+
+
+def _copy(source_url: str, target_url: str) -> None:
+    """The whole cache, artifacts with their signatures, through export and import."""
+    buffer = io.StringIO()
+    with Store(source_url, read_only=True) as source:
+        source.export_jsonl(buffer)
+    buffer.seek(0)
+    with Store(target_url) as target:
+        target.import_jsonl(buffer)
+
+
+def test_flipped_bytes_in_every_artifact_are_compiled_instead(signed_sweep: str, tmp_path: Path,
+                                                              keys: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    _copy(signed_sweep, url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        rows = conn.execute(sa.text("SELECT id, payload FROM artifacts")).all()
+        for row_id, payload in rows:
+            payload = bytearray(payload)
+            payload[len(payload) // 2] ^= 0xFF
+            conn.execute(sa.text("UPDATE artifacts SET payload = :p WHERE id = :i"), {"p": bytes(payload), "i": row_id})
+    engine.dispose()
+    plain = job(tmp_path, "--no-hook", name="plain")
+    result = _run_job(tmp_path, url, "flipped", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["writer.pub"]))
+    stats = result["stats"]
+    assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] == len(rows), stats
+    torch.testing.assert_close(torch.load(result["output"]), torch.load(plain["output"]))
+
+
+def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(
+        signed_sweep: str, readonly_postgres_url: tuple[str, str], tmp_path: Path, keys: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    writer_url, reader_url = readonly_postgres_url
+    _copy(signed_sweep, writer_url)
+    with Store(writer_url) as store:
+        before = store.stats()
+    result = _run_job(tmp_path, reader_url, "reader", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["writer.pub"]),
+                      AUTOTUNE_READ_ONLY="1", AUTOTUNE_SIGNING_KEY=str(keys["writer"]))
+    stats = result["stats"]
+    assert stats["artifacts_loaded"] >= 1 and stats["errors"] == 0 and stats["artifacts_published"] == 0, stats
+    with Store(writer_url) as store:
+        after = store.stats()
+    assert {k: v for k, v in after.items() if k != "size_bytes"} == \
+        {k: v for k, v in before.items() if k != "size_bytes"}
