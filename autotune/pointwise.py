@@ -76,7 +76,7 @@ def tune_pointwise(
             overrides = {**model.config_overrides, **(inductor_config or {})}
             # Fresh Inductor dirs: every kernel is compiled and tuned here, none reused.
             with fresh_inductor(overrides), warm_start(settings.cache, settings=settings) as handle:
-                _run_once(module, inputs, mode, train, device)
+                _run_end_to_end(model, module, inputs, mode, train, device)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 handle.flush()
@@ -93,6 +93,29 @@ def tune_pointwise(
         report.error = f"{type(exc).__name__}: {exc}"
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode: str, train: bool,
+                    device: str) -> None:
+    """One call as a job makes it. With --train and a model file that defines
+    ``train_step(model, optimizer, inputs)`` (and optionally ``make_optimizer(module)``),
+    a whole training step, the optimizer's step compiled too: its graphs are then
+    tuned and published like the model's."""
+    import sys
+
+    import torch
+
+    source = sys.modules.get(getattr(model.factory, "__module__", ""), None)
+    train_step = getattr(source, "train_step", None)
+    if not (train and callable(train_step) and isinstance(module, torch.nn.Module)):
+        _run_once(module, inputs, mode, train, device)
+        return
+    module = module.to(device).train(True)
+    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+    make_optimizer = getattr(source, "make_optimizer", None)
+    optimizer = make_optimizer(module) if callable(make_optimizer) else torch.optim.AdamW(module.parameters())
+    optimizer.step = torch.compile(optimizer.step, mode=mode)  # type: ignore[method-assign]
+    train_step(torch.compile(module, mode=mode), optimizer, inputs)
 
 
 # ------------------------------------------------------------------ the process
