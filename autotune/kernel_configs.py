@@ -124,7 +124,8 @@ _SAVE: StackedPatch[Saver] = StackedPatch(_autotune_cache_class, "save", _patche
 def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         info = getattr(self, "autotune_cache_info", None) or {}
-        if patch.top and info.get("autotune_cache_state") == "hit":
+        hit = info.get("autotune_cache_state") == "hit"
+        if patch.top and (hit or _stored_config_is(self, getattr(launcher, "config", None))):
             try:
                 launcher.config.found_by_coordesc = True
             except AttributeError:
@@ -133,6 +134,41 @@ def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
         return original(self, launcher, *args, **kwargs)
 
     return coordinate_descent_tuning
+
+
+def _stored_config_is(autotuner: Any, config: Any) -> bool:
+    """Whether the cache dir holds a tuned config for this kernel and it is ``config``.
+
+    A kernel loaded from a compiled graph (an FX graph cache hit, e.g. an artifact)
+    was built with its one tuned config, but Inductor re-reads its autotune cache
+    with that one-config list, whose hash differs from the list the stored config
+    was tuned from: a "miss", and coordinate descent runs again. Worse, its
+    ``filename`` is still the path on the node that compiled it (seen on an H100,
+    torch 2.11), where no config file exists here. So the file is looked up where
+    it is on this node: the same place under this node's cache dir (beside the
+    kernel, named from its source hash); the config is trusted when it is the
+    very one stored.
+    """
+    filename = getattr(autotuner, "filename", None)
+    if config is None or not filename:
+        return False
+    try:
+        from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+        here = os.path.join(inductor_cache_dir(), os.path.basename(os.path.dirname(filename)),
+                            os.path.basename(filename))
+        cache = AutotuneCache.create(getattr(autotuner, "inductor_meta", {}) or {}, here, "")
+        if cache is None or not cache.local_cache:
+            return False
+        with open(cache.local_cache[1]) as handle:
+            stored = json.load(handle)
+    except (OSError, ValueError, ImportError, TypeError):
+        return False
+    kwargs = dict(getattr(config, "kwargs", {}) or {})
+    return (isinstance(stored, dict) and bool(kwargs)
+            and all(stored.get(name) == value for name, value in kwargs.items())
+            and stored.get("num_warps") == getattr(config, "num_warps", None)
+            and stored.get("num_stages") == getattr(config, "num_stages", None))
 
 
 def _caching_autotuner_class() -> type:

@@ -21,6 +21,7 @@ then waits for the word to go.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -52,6 +53,28 @@ class PointwiseReport:
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def add(self, stats: Any) -> None:
+        """Count one pass's hook stats in."""
+        self.saved += stats.kernel_configs_saved
+        self.loaded += stats.kernel_configs_loaded
+        self.gemm_hits += stats.hits
+        self.gemm_misses += stats.misses
+        self.artifacts_published += stats.artifacts_published
+        self.packages_refused += stats.packages_refused
+        self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
+
+
+def _passes(settings: Settings, device: str) -> list[Settings]:
+    """The compiles to make: on a GPU with a signing key, two. A compiled graph keeps
+    its kernels' autotuners as they were built, with every heuristic config when the
+    kernels were not tuned yet, and a node that loads it would tune them all again at
+    their first run. So the first pass tunes and stores the configs (publishing
+    nothing), and the second compiles with those configs served, so each kernel is
+    built with its one tuned config, and publishes that."""
+    if device != "cuda" or not settings.signing_key or not settings.kernel_configs:
+        return [settings]
+    return [dataclasses.replace(settings, signing_key=None), settings]
+
 
 def tune_pointwise(
     model: ModelFile,
@@ -72,22 +95,16 @@ def tune_pointwise(
     started = time.perf_counter()
     try:
         for batch_size in batch_sizes:
-            module, inputs = model.build(batch_size)
             overrides = {**model.config_overrides, **(inductor_config or {})}
-            # Fresh Inductor dirs: every kernel is compiled and tuned here, none reused.
-            with fresh_inductor(overrides), warm_start(settings.cache, settings=settings) as handle:
-                _run_end_to_end(model, module, inputs, mode, train, device)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                handle.flush()
-            stats = handle.stats
-            report.saved += stats.kernel_configs_saved
-            report.loaded += stats.kernel_configs_loaded
-            report.gemm_hits += stats.hits
-            report.gemm_misses += stats.misses
-            report.artifacts_published += stats.artifacts_published
-            report.packages_refused += stats.packages_refused
-            report.saved_keys += [k for k in stats.saved_keys if k not in report.saved_keys]
+            for pass_settings in _passes(settings, device):
+                module, inputs = model.build(batch_size)
+                # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
+                with fresh_inductor(overrides), warm_start(pass_settings.cache, settings=pass_settings) as handle:
+                    _run_end_to_end(model, module, inputs, mode, train, device)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    handle.flush()
+                report.add(handle.stats)
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"

@@ -155,3 +155,32 @@ def test_compiles_wait_once_for_the_config_loader_and_the_patch_comes_off() -> N
     kernel_configs.release_compiles()
     assert calls == [1]
     assert AsyncCompile.__dict__["triton"] is original
+
+
+def test_a_kernel_loaded_from_a_compiled_graph_keeps_its_stored_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An FX-graph hit re-reads the autotune cache with a one-config list: a "miss" for
+    Inductor; the stored config is trusted all the same when it is the running one."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "here"))
+    meta = {"autotune_local_cache": True}
+    stored_here = AutotuneCache.create(meta, str(tmp_path / "here" / "ab" / "kernel.py"), "hash-of-the-heuristic-list")
+    stored_here.save(_tuned_config(), 5_000_000)
+    # The loaded kernel still names the path it had on the node that compiled it.
+    compiled_there = str(tmp_path / "there" / "ab" / "kernel.py")
+    loaded = SimpleNamespace(filename=compiled_there, inductor_meta=meta,
+                             autotune_cache_info={"autotune_cache_state": "miss"})
+    same = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))
+    other = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 128}, num_warps=4, num_stages=1))
+    ran: list[object] = []
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
+                        lambda self, launcher, *a, **k: ran.append(launcher) or launcher)
+    kernel_configs.push(lambda key, value: None)
+    try:
+        assert CachingAutotuner.coordinate_descent_tuning(loaded, same) is same
+        assert CachingAutotuner.coordinate_descent_tuning(loaded, other) is other
+    finally:
+        kernel_configs.pop()
+    assert ran == [other] and same.config.found_by_coordesc is True
