@@ -9,9 +9,10 @@ changed model, torch, Triton, config or device misses safely:
   and ``fx_graph_remote_cache`` / ``enable_remote_autograd_cache`` are turned
   on (neither is part of any cache key). A graph entry bundles its Triton
   kernels, so a hit compiles nothing.
-- **C++ kernel libraries** (CPU): ``codecache._worker_compile_cpp`` builds a
-  ``.so`` whose path under the cache dir is a hash of its source and compiler
-  command line; before it builds, the library is fetched by that path.
+- **C++ builds** (CPU): ``CppBuilder.build`` writes a library or object file
+  whose path under the cache dir is a hash of its source and compiler command
+  line (kernels, and the probes that pick the vector ISA); before it builds,
+  the file is fetched by that path.
 - **Dynamo's package** (``caching_precompile``): ``DynamoCache.load`` reads
   ``<cache dir>/dynamo/<source id>/entry``; the entry is fetched there first.
   See ``autotune/dynamo_package.py``.
@@ -197,36 +198,37 @@ def write_atomic(path: str, payload: bytes, mode: int = 0o755) -> None:
     os.replace(temporary, path)  # a concurrent loader never sees half a library
 
 
-def _patched_compile_cpp(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
-    def compile_cpp(lock_path: str, cpp_builders: Any) -> None:
+def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
+    def build(self: Any, *args: Any, **kwargs: Any) -> Any:
         tier = patch.top
         target = key = None
-        if tier is not None and cpp_builders:
+        if tier is not None:
             try:
-                target = cpp_builders[-1].get_target_file_path()
+                target = self.get_target_file_path()
                 key = cpp_key(target)
                 if key is not None and not os.path.exists(target):
                     payload = tier.fetch(ARTIFACT_CPP_KERNEL, key)
                     if payload is not None:
                         write_atomic(target, payload)
-                        return
+                        return None
             except Exception:  # a cache problem must never fail the compile
-                log.debug("could not fetch a C++ kernel", exc_info=True)
-        original(lock_path, cpp_builders)
+                log.debug("could not fetch a C++ build", exc_info=True)
+        outcome = original(self, *args, **kwargs)
         if tier is not None and tier.writes and key is not None and target is not None:
             try:
                 with open(target, "rb") as handle:
                     tier.publish(ARTIFACT_CPP_KERNEL, key, handle.read())
             except OSError:
-                log.debug("could not publish a C++ kernel", exc_info=True)
+                log.debug("could not publish a C++ build", exc_info=True)
+        return outcome
 
-    return compile_cpp
+    return build
 
 
-def _codecache_module() -> Any:
-    from torch._inductor import codecache
+def _cpp_builder_class() -> type:
+    from torch._inductor.cpp_builder import CppBuilder
 
-    return codecache
+    return CppBuilder
 
 
 # The tiers installed, innermost last: Inductor builds its backends itself, so they find the tier here.
@@ -237,8 +239,10 @@ def _active() -> ArtifactTier | None:
     return _TIERS[-1] if _TIERS else None
 
 
-_COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(_codecache_module, "_worker_compile_cpp",
-                                                        _patched_compile_cpp)
+# Every C++ build Inductor makes goes through CppBuilder.build: kernel libraries, their
+# object files, and the probes that pick the CPU's vector ISA (which compile and load
+# small programs in every fresh cache dir: 6 s of a CPU warm start here).
+_COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(_cpp_builder_class, "build", _patched_build)
 
 
 class ArtifactSeams:
