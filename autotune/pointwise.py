@@ -100,11 +100,13 @@ def tune_pointwise(
                 module, inputs = model.build(batch_size)
                 # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
                 with fresh_inductor(overrides), warm_start(pass_settings.cache, settings=pass_settings) as handle:
-                    _run_end_to_end(model, module, inputs, mode, train, device)
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    handle.flush()
-                report.add(handle.stats)
+                    try:
+                        _run_end_to_end(model, module, inputs, mode, train, device)
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                    finally:  # what a failed pass did store still counts
+                        handle.flush()
+                        report.add(handle.stats)
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"
@@ -122,6 +124,12 @@ def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode
 
     import torch
 
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    if device == "cuda" and mark_step is not None:
+        # max-autotune records CUDA graphs; without a step boundary, a training step's
+        # later graphs (backward, the compiled optimizer) may find the forward's outputs
+        # overwritten (seen on an H100 with examples/lm_train.py). A job marks its steps too.
+        mark_step()
     source = sys.modules.get(getattr(model.factory, "__module__", ""), None)
     train_step = getattr(source, "train_step", None)
     if not (train and callable(train_step) and isinstance(module, torch.nn.Module)):

@@ -73,6 +73,10 @@ from typing import Any, Callable
 log = logging.getLogger("compile_time")
 
 REPO = Path(__file__).resolve().parents[1]
+PYCACHE = Path(tempfile.gettempdir()) / "autotune-bench-pycache"
+# What the bytecode warm-up imports: every compile's stack, the hook and the cache.
+WARM_IMPORTS = ("torch, torch._dynamo, torch._inductor.compile_fx, torch._inductor.select_algorithm, "
+                "autotune.hook, autotune.artifacts, cache.store")
 MARKER = "RESULT "
 MODELS: dict[str, str] = {
     "resnet": "examples/resnet.py",
@@ -451,6 +455,12 @@ def _setup(args: argparse.Namespace, result: dict[str, Any]) -> Any:
     (``import autotune`` included) or the Mega-cache load. Returns the hook's handle."""
     handle = None
     if args.scenario in WARM:
+        # Timed apart: the modules the hook needs are ones every compile imports anyway
+        # (Dynamo, Inductor's lowering and select_algorithm); what is left is the hook's own.
+        start = time.perf_counter()
+        import torch._inductor.select_algorithm  # noqa: F401
+
+        result["setup_imports_s"] = time.perf_counter() - start
         import autotune
 
         handle = autotune.warm_start(args.cache)
@@ -528,6 +538,46 @@ def _latency(wall_ms: list[float], gpu_ms: list[float]) -> dict[str, Any]:
             "median_gpu_ms": statistics.median(gpu_ms) if gpu_ms else None}
 
 
+class _FirstCallProfile:
+    """cProfile of the timed first call, when ``AUTOTUNE_BENCH_CPROFILE=DIR`` is set: the
+    top functions by cumulative and by own time go to DIR/<model>-<scenario>.txt. A
+    diagnostic: the profiler slows the call, so its first-call figure is not comparable."""
+
+    TOP = 60
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.profile: Any = None
+
+    @classmethod
+    def from_env(cls, args: argparse.Namespace) -> _FirstCallProfile:
+        folder = os.environ.get("AUTOTUNE_BENCH_CPROFILE")
+        if not folder:
+            return cls(None)
+        return cls(Path(folder) / f"{Path(args.model).stem}-{args.scenario}.txt")
+
+    def start(self) -> None:
+        if self.path is not None:
+            import cProfile
+
+            self.profile = cProfile.Profile()
+            self.profile.enable()
+
+    def stop(self) -> None:
+        if self.profile is None or self.path is None:
+            return
+        import io
+        import pstats
+
+        self.profile.disable()
+        text = io.StringIO()
+        for order in ("cumulative", "tottime"):
+            pstats.Stats(self.profile, stream=text).sort_stats(order).print_stats(self.TOP)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(text.getvalue())
+        self.profile = None
+
+
 def child_scenario(args: argparse.Namespace) -> int:
     """Compile one model one way in this (fresh) process and report one RESULT line."""
     result: dict[str, Any] = {"scenario": args.scenario, "model": args.model, "status": "error"}
@@ -557,8 +607,10 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
     result.update(device=device, mode=mode, train=prepared.train, caching_precompile=bool(args.precompile))
 
     with contextlib.nullcontext() if prepared.train else torch.no_grad():
+        profiler = _FirstCallProfile.from_env(args)
         sync()
         start = time.perf_counter()
+        profiler.start()
         handle = _setup(args, result)
         setup_s = time.perf_counter() - start
         work, probe = _compile_workload(prepared, mode, args, counter, sync)
@@ -571,6 +623,7 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
         call()
         sync()
         first_call_s = time.perf_counter() - start
+        profiler.stop()
         first_bench = _benchmarks(counter)
         seconds, _ = _compile_metrics()
         result.update(first_call_s=first_call_s, setup_s=setup_s, bench=first_bench,
@@ -677,6 +730,9 @@ def _child_env(cache_root: Path, cache_url: str | None) -> dict[str, str]:
     env["TRITON_CACHE_DIR"] = str(triton)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    # Compiled bytecode, as a normal install has it: where site-packages is read-only (the
+    # device image) every process would otherwise recompile ~1,400 torch modules (~5 s).
+    env.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
     if cache_url:
         env["AUTOTUNE_CACHE"] = cache_url
     return env
@@ -1052,7 +1108,11 @@ def _hook_notes(r: dict[str, Any]) -> str:
     hook = r.get("hook") or {}
     if not hook:
         return ""
-    return (f"; {hook.get('configs_skipped', 0)} Triton configs not generated, "
+    notes = ""
+    if isinstance(r.get("setup_imports_s"), (int, float)) and isinstance(r.get("setup_s"), (int, float)):
+        notes = (f"; setup {r['setup_imports_s']:.1f} s importing Dynamo and Inductor (any compile does) "
+                 f"+ {r['setup_s'] - r['setup_imports_s']:.2f} s hook")
+    return (f"{notes}; {hook.get('configs_skipped', 0)} Triton configs not generated, "
             f"{hook.get('kernel_configs_loaded', 0)} pointwise configs served")
 
 
@@ -1146,7 +1206,8 @@ def _goal_value(goal: dict[str, Any]) -> str:
 
 
 METHOD = (
-    "Each scenario runs in its own fresh process with empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR. "
+    "Each scenario runs in its own fresh process with empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, "
+    "and Python bytecode compiled beforehand (PYTHONPYCACHEPREFIX, as a normal install has it). "
     "*First call*: `torch.compile` + the first call, synchronized (for a training-step model: the first full "
     "step, forward + loss + backward + optimizer step), including the *setup*: `import autotune` + "
     "`autotune.warm_start()` for the hook scenarios, reading and `torch.compiler.load_cache_artifacts()` for "
@@ -1273,11 +1334,23 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+def _warm_bytecode() -> None:
+    """Compile the bytecode of the modules every scenario imports, once, before any is timed
+    (see PYTHONPYCACHEPREFIX in _child_env); torch's own caches stay empty."""
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=os.environ.get("PYTHONPYCACHEPREFIX", str(PYCACHE)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", f"import {WARM_IMPORTS}"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    log.info("bytecode warm-up: %.1f s (rc %s)", time.perf_counter() - started, done.returncode)
+
+
 def benchmark(args: argparse.Namespace) -> int:
     models = _model_list(args.models)
     scenarios = scenario_list(args.scenarios, bool(args.cache))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _warm_bytecode()
     info = machine_info(min(args.timeout, 300))
     gpu = slug(info.get("gpu") or "cpu")
     json_path, md_path = out / f"compile_time_{gpu}.json", out / f"compile_time_{gpu}.md"
