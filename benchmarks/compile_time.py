@@ -581,6 +581,11 @@ class _FirstCallProfile:
 def child_scenario(args: argparse.Namespace) -> int:
     """Compile one model one way in this (fresh) process and report one RESULT line."""
     result: dict[str, Any] = {"scenario": args.scenario, "model": args.model, "status": "error"}
+    every = os.environ.get("AUTOTUNE_BENCH_STACKS")
+    if every:  # a diagnostic: where a slow or stuck scenario spends its time, in its log
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(every), repeat=True, file=sys.stderr)
     counter = BenchmarkCounter()
     patch_on_import(BENCHMARKING_MODULE, counter.patch)
     try:
