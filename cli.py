@@ -782,3 +782,7 @@ def keys_show(path: str) -> None:
         _err().print(f"Error: {escape(str(error))}")
         raise SystemExit(2) from None
     _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")
+
+
+if __name__ == "__main__":  # python -m cli, as the `autotune` script
+    main()
