@@ -623,7 +623,8 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
         winner = result.winner if result else None
         table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
                       _fmt_ms(winner.time_ms if winner else None),
-                      _fmt_speedup(result.speedup_over_aten if result else None), outcome.status)
+                      _fmt_speedup(result.speedup_over_aten if result else None),
+                      outcome.status if outcome.stored else f"{outcome.status}, not stored")
     console.print(table)
     verb = "planned" if report.dry_run else "tuned"
     planned = report.count("planned")
@@ -632,6 +633,9 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
         f"{planned if report.dry_run else report.tuned} {verb}, {report.failed} failed "
         f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
     )
+    if report.store_error is not None:
+        console.print(f"stored {report.stored}, not stored {report.not_stored}, not run {report.not_run}: "
+                      "the sweep stopped at the first result the cache refused")
     if report.pointwise is not None:
         pointwise = report.pointwise
         failed = f"; failed: {pointwise.error}" if pointwise.error else ""
@@ -703,7 +707,9 @@ def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         _print_sweep(report, _out())
-    raise SystemExit(1 if report.failed else 0)
+    if report.store_error is not None:
+        _err().print(f"Error: {escape(report.store_error)}; the sweep stopped: a rerun tunes what is missing")
+    raise SystemExit(EXIT_FAILED if report.failed or report.store_error else 0)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
