@@ -299,7 +299,13 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> li
 
     here = current_environment(device)
     jobs = []
+    stored: dict[str, set[str]] = {}  # env key -> keys stored ok
     for miss in store.misses(None):
+        env_key = miss.env.key
+        if env_key not in stored:
+            stored[env_key] = store.cached_request_keys(miss.env)
+        if miss.request.key in stored[env_key]:
+            continue  # answered since (a write-back role cannot clear the miss it answered)
         env = miss.env
         same_machine = (env.device_kind, env.device_name, env.torch_version, env.triton_version,
                         env.cuda_version, env.system_hash) == (
