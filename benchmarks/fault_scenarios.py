@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,7 +265,8 @@ def _integrity(url: str, immutable: bool = False) -> str:
     if not url.startswith("sqlite"):
         return "ok"  # PostgreSQL: transactions are atomic; the orphan check covers it
     path = url.split("sqlite:///", 1)[1]
-    with sqlite3.connect(f"file:{path}?mode=ro{'&immutable=1' if immutable else ''}", uri=True) as conn:
+    # closing(): sqlite3's own context manager commits but leaves the file open (and busy).
+    with closing(sqlite3.connect(f"file:{path}?mode=ro{'&immutable=1' if immutable else ''}", uri=True)) as conn:
         return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
 
 
@@ -280,7 +282,8 @@ def small_tmpfs(directory: Path, size: str = "400k") -> str | None:
 
 
 def unmount(directory: Path) -> None:
-    subprocess.run(["umount", str(directory)], capture_output=True)
+    if subprocess.run(["umount", str(directory)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)  # busy: detach now, free later
 
 
 def fill(store: Store) -> int:
