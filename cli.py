@@ -1,8 +1,9 @@
 """The `autotune` command line.
 
 Thin on purpose: each command parses its options, calls one library function
-and prints the outcome with rich. Errors from the cache become one line on
-stderr (`Error: ...`) and exit status 1, never a traceback.
+and prints the outcome with rich. Errors become one line on stderr
+(`Error: ...`), never a traceback; exit status 2 for bad input (every command),
+1 for work that failed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ from rich.markup import escape
 from autotune.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import Settings, SettingsError
-from cache import ARTIFACT_KINDS, ArtifactInfo, CacheError, ImportValidationError, MissRecord, Store, TuningResult
+from cache import (
+    ARTIFACT_KINDS,
+    ArtifactInfo,
+    CacheError,
+    CacheUnavailable,
+    ImportValidationError,
+    MissRecord,
+    ReadOnlyError,
+    SchemaOutdated,
+    Store,
+    TuningResult,
+)
 from workers.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -29,14 +41,29 @@ if TYPE_CHECKING:
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+# Exit status of every command: 0 done, 1 failed (some work was lost or refused:
+# a sweep's failed requests, a cache that refuses writes), 2 bad input (a wrong
+# flag, file, URL, database or schema: the message names the fix).
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+# Cache errors that mean "what you pointed me at is not usable as given".
+_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError)
+
+
+class _BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
 class _Group(click.Group):
-    """A group that turns CacheError into click's one-line `Error: ...` and exit 1."""
+    """A group that turns CacheError into click's one-line `Error: ...` (exit 2 for bad input, else 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except CacheError as error:
-            raise click.ClickException(str(error)) from None
+            failure = click.ClickException(str(error))
+            failure.exit_code = EXIT_BAD_INPUT if isinstance(error, _BAD_INPUT_ERRORS) else EXIT_FAILED
+            raise failure from None
 
 
 class _Duration(click.ParamType):
@@ -366,7 +393,7 @@ def show(ctx: click.Context, request_id: int, as_json: bool) -> None:
     """
     result = _open(ctx, read_only=True).get(request_id)
     if result is None:
-        raise click.ClickException(f"no cached request with id {request_id}; see `autotune cache ls`")
+        raise _BadInput(f"no cached request with id {request_id}; see `autotune cache ls`")
     if as_json:
         click.echo(json.dumps({"id": request_id, **result.to_json()}, indent=2))
         return
@@ -424,8 +451,11 @@ def export_(ctx: click.Context, file: str) -> None:
     """
     store = _open(ctx, read_only=True)
     # atomic: a failed export never leaves a truncated file behind.
-    with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
-        report = store.export_jsonl(fp)
+    try:
+        with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
+            report = store.export_jsonl(fp)
+    except OSError as error:
+        raise _BadInput(f"cannot write {file}: {error.strerror}; choose a writable path") from None
     configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
     _err().print(f"Exported {report.results} results{configs} and {report.artifacts} artifacts "
                  f"to {escape('stdout' if file == '-' else file)}")
@@ -453,9 +483,9 @@ def import_(ctx: click.Context, file: str) -> None:
         with click.open_file(file, "r", encoding="utf-8") as fp:
             report = store.import_jsonl(fp)
     except ImportValidationError as error:
-        raise click.ClickException(f"{file}: {error}; nothing was imported") from None
+        raise _BadInput(f"{file}: {error}; nothing was imported") from None
     except OSError as error:
-        raise click.ClickException(f"cannot read {file}: {error.strerror}") from None
+        raise _BadInput(f"cannot read {file}: {error.strerror}") from None
     configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
     _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged){configs} and "
                  f"{report.artifacts} artifacts ({report.artifacts_skipped} already stored) from {escape(file)}")
@@ -593,7 +623,8 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
         winner = result.winner if result else None
         table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
                       _fmt_ms(winner.time_ms if winner else None),
-                      _fmt_speedup(result.speedup_over_aten if result else None), outcome.status)
+                      _fmt_speedup(result.speedup_over_aten if result else None),
+                      outcome.status if outcome.stored else f"{outcome.status}, not stored")
     console.print(table)
     verb = "planned" if report.dry_run else "tuned"
     planned = report.count("planned")
@@ -602,6 +633,9 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
         f"{planned if report.dry_run else report.tuned} {verb}, {report.failed} failed "
         f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
     )
+    if report.store_error is not None:
+        console.print(f"stored {report.stored}, not stored {report.not_stored}, not run {report.not_run}: "
+                      "the sweep stopped at the first result the cache refused")
     if report.pointwise is not None:
         pointwise = report.pointwise
         failed = f"; failed: {pointwise.error}" if pointwise.error else ""
@@ -673,7 +707,9 @@ def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         _print_sweep(report, _out())
-    raise SystemExit(1 if report.failed else 0)
+    if report.store_error is not None:
+        _err().print(f"Error: {escape(report.store_error)}; the sweep stopped: a rerun tunes what is missing")
+    raise SystemExit(EXIT_FAILED if report.failed or report.store_error else 0)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -782,3 +818,7 @@ def keys_show(path: str) -> None:
         _err().print(f"Error: {escape(str(error))}")
         raise SystemExit(2) from None
     _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")
+
+
+if __name__ == "__main__":  # python -m cli, as the `autotune` script
+    main()

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
-from .modelfile import ModelFile, load_model_file
+from .modelfile import ModelFile, ModelFileError, load_model_file
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,14 @@ def capture_model(
         overrides = {**model.config_overrides, **(inductor_config or {})}
         log.info("capturing %s batch_size=%s mode=%s", model.path, batch_size, mode)
         with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
-            _run_once(module, inputs, mode, train, device)
+            try:
+                _run_once(module, inputs, mode, train, device)
+            except Exception as exc:  # the model's own error, or one its graph hits in Inductor
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise ModelFileError(
+                    f"{model.path}: compiling and running {model.entry}({batch_size or ''}) raised "
+                    f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"
+                ) from exc
     requests = [observed.to_request() for observed in policy.seen.values()]
     return CaptureResult(
         env=policy.env,

@@ -55,7 +55,22 @@ class ModelFile:
                 f"{self.path}: {self.entry}() must return the example inputs as a tuple, "
                 f"got {type(inputs).__name__}; wrap a single tensor as (x,)"
             )
+        if not _has_tensor(inputs):
+            raise ModelFileError(
+                f"{self.path}: {self.entry}() returned example inputs with no tensor in them; "
+                "return (module, (torch.randn(...), ...)) with the inputs a real call would get"
+            )
         return module, tuple(inputs)
+
+
+def _has_tensor(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (tuple, list)) and any(_has_tensor(v) for v in value)
 
 
 def _config_snapshot() -> dict[str, Any]:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # Ray is imported only by sweeps that tune
 log = logging.getLogger(__name__)
 
 STATUS_CACHED = "cached"
+# Never started: the cache refused a write, so the sweep stopped (see SweepReport.store_error).
+STATUS_NOT_RUN = "not_run"
 
 
 @dataclass
@@ -51,8 +53,9 @@ class Outcome:
     """One request's row in the closing table."""
 
     request: TuningRequest
-    status: str  # "cached", or a TuningResult status
+    status: str  # "cached", "not_run", or a TuningResult status
     result: TuningResult | None = None
+    stored: bool = True  # False: tuned, but the cache refused to keep it
 
     def to_json(self) -> dict[str, Any]:
         winner = self.result.winner if self.result else None
@@ -69,6 +72,7 @@ class Outcome:
             "candidates": len(self.result.candidates) if self.result else None,
             "error": self.result.error if self.result else None,
             "tuning_seconds": self.result.provenance.tuning_seconds if self.result else None,
+            "stored": self.stored,
         }
 
 
@@ -87,6 +91,8 @@ class SweepReport:
     tuning_seconds: float = 0.0
     dry_run: bool = False
     pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
+    # The cache's one-line error when it refused to store a result; the sweep stopped there.
+    store_error: str | None = None
 
     def count(self, *statuses: str) -> int:
         return sum(1 for o in self.outcomes if o.status in statuses)
@@ -105,7 +111,22 @@ class SweepReport:
 
     @property
     def failed(self) -> int:
-        return self.found - self.cached - self.tuned - self.count("planned")
+        """Requests whose tuning failed (not those left undone because the cache refused writes)."""
+        return self.found - self.cached - self.tuned - self.count("planned", STATUS_NOT_RUN)
+
+    @property
+    def not_stored(self) -> int:
+        """Requests tuned (or failed) whose result the cache refused to keep."""
+        return sum(1 for o in self.outcomes if not o.stored)
+
+    @property
+    def not_run(self) -> int:
+        return self.count(STATUS_NOT_RUN)
+
+    @property
+    def stored(self) -> int:
+        """Results written to the cache by this sweep."""
+        return sum(1 for o in self.outcomes if o.stored and o.result is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,12 +140,16 @@ class SweepReport:
                 "cached": self.cached,
                 "tuned": self.tuned,
                 "failed": self.failed,
+                "stored": self.stored,
+                "not_stored": self.not_stored,
+                "not_run": self.not_run,
                 "capture_seconds": round(self.capture_seconds, 3),
                 "startup_seconds": round(self.startup_seconds, 3),
                 "tuning_seconds": round(self.tuning_seconds, 3),
                 "wall_seconds": round(self.wall_seconds, 3),
             },
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
+            "store_error": self.store_error,
             "requests": [o.to_json() for o in self.outcomes],
         }
 
@@ -274,7 +299,13 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> li
 
     here = current_environment(device)
     jobs = []
+    stored: dict[str, set[str]] = {}  # env key -> keys stored ok
     for miss in store.misses(None):
+        env_key = miss.env.key
+        if env_key not in stored:
+            stored[env_key] = store.cached_request_keys(miss.env)
+        if miss.request.key in stored[env_key]:
+            continue  # answered since (a write-back role cannot clear the miss it answered)
         env = miss.env
         same_machine = (env.device_kind, env.device_name, env.torch_version, env.triton_version,
                         env.cuda_version, env.system_hash) == (
@@ -325,6 +356,9 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     finally:
         if starter is not None:  # also when nothing is left to tune: the early pool goes unused
             starter.close()
+    if pointwise is not None and report.store_error is not None:
+        pointwise.close()  # it would write to a cache that refuses writes
+        pointwise = None
     if pointwise is not None:
         what = "tuning pointwise/reduction kernels" if device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
@@ -365,9 +399,15 @@ def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings
     actors = max(1, min(len(pool.slots), len(jobs)))
     progress.start(len(jobs), f"tuning on {actors} {'GPU' if device == 'cuda' else 'CPU'} worker(s)")
     tuning_began = time.perf_counter()
+    done: set[str] = set()
     for result in pool.run(jobs):
-        outcome = Outcome(result.request, result.status, result)
+        outcome = Outcome(result.request, result.status, result, stored=result.request.key not in pool.unstored)
         report.outcomes.append(outcome)
+        done.add(result.request.key)
         progress.advance(outcome)
     report.tuning_seconds = time.perf_counter() - tuning_began
+    report.store_error = pool.store_error
+    if pool.store_error is not None:
+        # Stopped at the first result the cache refused: what was not started stays to do.
+        report.outcomes += [Outcome(j.request, STATUS_NOT_RUN) for j in jobs if j.request.key not in done]
     report.startup_seconds = starter.ready_seconds or 0.0

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from cache.errors import (
     CacheError,
     CacheUnavailable,
+    CacheWriteRefused,
     ImportValidationError,
     ReadOnlyError,
     SchemaOutdated,
@@ -50,6 +51,7 @@ __all__ = [
     "ArtifactInfo",
     "CacheError",
     "CacheUnavailable",
+    "CacheWriteRefused",
     "CandidateResult",
     "Environment",
     "ExportReport",

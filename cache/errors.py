@@ -15,6 +15,11 @@ class CacheUnavailable(CacheError):
     """The database cannot be reached or the URL is unusable."""
 
 
+class CacheWriteRefused(CacheError):
+    """The database refuses writes for good: disk full, read-only file or server,
+    or a role without the privilege. Retrying cannot help; stop writing."""
+
+
 class SchemaOutdated(CacheError):
     """The database schema is not the one this version of autotune expects."""
 

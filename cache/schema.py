@@ -19,7 +19,9 @@ VERSION_TABLE = "alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 # Any 64-bit constant: serialises concurrent migrations on one PostgreSQL database.
-_PG_MIGRATION_LOCK = 0x6175746F74756E65  # "autotune"
+# Migrations take it exclusively, writers shared (see StoreBase._guard_schema).
+PG_MIGRATION_LOCK = 0x6175746F74756E65  # "autotune"
+_PG_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def alembic_config(migrations_dir: str | Path | None = None) -> Config:
@@ -57,14 +59,21 @@ def has_cache_tables(conn: Connection) -> bool:
     return bool(names & set(models.Base.metadata.tables))
 
 
-def lock_for_migration(conn: Connection) -> None:
-    """Take the database-wide migration lock for the rest of conn's transaction.
+def lock_for_migration(conn: Connection, wait_s: float) -> None:
+    """Take the database-wide migration lock for the rest of conn's transaction,
+    waiting at most wait_s for a migration in progress (then lock_timed_out(error)).
 
     SQLite needs nothing here: the store opens writing transactions with
     BEGIN IMMEDIATE, which already excludes every other writer.
     """
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
+        conn.execute(text(f"SET LOCAL lock_timeout = {int(wait_s * 1000)}"))
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
+        conn.execute(text("SET LOCAL lock_timeout = 0"))  # the migration itself may take its time
+
+
+def lock_timed_out(error: BaseException) -> bool:
+    return getattr(getattr(error, "orig", None), "sqlstate", None) == _PG_LOCK_NOT_AVAILABLE
 
 
 def upgrade(conn: Connection, migrations_dir: str | None = None, target: str = "head") -> None:

@@ -102,7 +102,7 @@ def test_show_sorts_candidates_and_marks_the_winner(populated: str) -> None:
     assert as_json["id"] == conv and len(as_json["candidates"]) == 4
 
     missing = cli("cache", "--cache", populated, "show", "9999")
-    assert missing.exit_code == 1 and missing.stderr.startswith("Error: no cached request with id 9999")
+    assert missing.exit_code == 2 and missing.stderr.startswith("Error: no cached request with id 9999")
 
 
 def test_prune(populated: str) -> None:
@@ -143,7 +143,7 @@ def test_bad_import_line_names_it_and_imports_nothing(tmp_path: Path, sqlite_url
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(['{"format": "autotune-cache", "version": 1}', good, json.dumps(bad)]) + "\n")
     result = cli("cache", "--cache", sqlite_url, "import", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {path}: line 3: candidates[0].failure_kind 'melted'")
     assert "nothing was imported" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert json.loads(cli("cache", "--cache", sqlite_url, "stats", "--json").stdout)["requests"] == 0
@@ -162,7 +162,7 @@ def test_unusable_database_is_one_line_and_fast(url: str, command: list[str]) ->
     start = time.monotonic()
     result = cli("cache", "--cache", url, *command, input="")
     assert time.monotonic() - start < 5
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input, as for every command
     assert result.stdout == ""
     assert result.stderr.startswith("Error: ") and len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
@@ -172,7 +172,7 @@ def test_env_var_and_missing_database(monkeypatch: pytest.MonkeyPatch, tmp_path:
     path = tmp_path / "env.db"
     monkeypatch.setenv("AUTOTUNE_CACHE", str(path))
     missing = cli("cache", "stats")
-    assert missing.exit_code == 1 and "no cache database at" in missing.stderr and not path.exists()
+    assert missing.exit_code == 2 and "no cache database at" in missing.stderr and not path.exists()
     created = cli("cache", "upgrade")
     assert created.exit_code == 0 and f"upgraded from empty to {head_revision()}" in created.stdout
     assert f"already at revision {head_revision()}" in cli("cache", "upgrade").stdout
@@ -276,7 +276,7 @@ def test_bad_artifact_line_names_it_and_imports_nothing(tmp_path: Path, sqlite_u
                                json.dumps({"artifact": artifact})]) + "\n")
     Store(sqlite_url).upgrade()
     result = cli("cache", "--cache", sqlite_url, "import", str(path))
-    assert result.exit_code == 1 and f"{path}: line 3: artifact.digest" in result.stderr
+    assert result.exit_code == 2 and f"{path}: line 3: artifact.digest" in result.stderr
     assert "nothing was imported" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     data = json.loads(cli("cache", "--cache", sqlite_url, "stats", "--json").stdout)
     assert (data["requests"], data["artifacts"]) == (0, 0)

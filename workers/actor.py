@@ -80,9 +80,29 @@ class TuningWorker:
             result = TuningResult.from_json(self.child.tune(job_json))
         except ChildDied as died:
             result = failed_result(job, str(died), died.kind, self.child.timeout)
+        reply = result.to_json()
         if self.store is not None:
-            self.store.put_result(result)
-        return result.to_json()
+            error = store_result(self.store, result)
+            if error is not None:
+                reply[STORE_ERROR_KEY] = error
+        return reply
+
+
+# A reply carries this key when its result could not be stored; the pool stops then.
+STORE_ERROR_KEY = "_store_error"
+
+
+def store_result(store: Any, result: Any) -> str | None:
+    """Store one result; the store's one-line message if it could not (after its own
+    retries), else None. Never raises for cache errors: the sweep decides what to do."""
+    from cache.errors import CacheError
+
+    try:
+        store.put_result(result)
+    except CacheError as error:
+        log.warning("could not store the result of %s: %s", result.request.op, error)
+        return str(error)
+    return None
 
 
 def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -> dict[str, Any]:

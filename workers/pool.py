@@ -19,7 +19,7 @@ from typing import Any
 
 from cache.records import TuningResult
 
-from .actor import FAULT_ENV, TuningWorker
+from .actor import FAULT_ENV, STORE_ERROR_KEY, TuningWorker, store_result
 from .errors import WorkerError
 from .jobs import TuneJob, failed_result
 
@@ -85,6 +85,10 @@ class TuningPool:
         # The actor's child enforces the per-request timeout; the driver's is a backstop.
         self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
         self._warming: list[Any] = []
+        # The first error storing a result (the store already retried what a retry
+        # fixes): no further job is started, and results not stored are counted.
+        self.store_error: str | None = None
+        self.unstored: set[str] = set()  # request keys of results that were not stored
 
     def warm(self) -> None:
         """Have every actor start and warm its child now; jobs sent later queue behind it."""
@@ -108,6 +112,8 @@ class TuningPool:
 
         queue = list(reversed(jobs))
         while queue or any(slot.ref is not None for slot in self.slots):
+            if self.store_error is not None:
+                queue.clear()  # results could not be kept: tuning more would be lost work
             for slot in self.slots:
                 if slot.ref is None and queue:
                     slot.job = queue.pop()
@@ -130,7 +136,12 @@ class TuningPool:
         slot.job, slot.ref = None, None
         assert job is not None
         try:
-            return TuningResult.from_json(ray.get(ref))
+            reply = ray.get(ref)
+            error = reply.pop(STORE_ERROR_KEY, None)
+            result = TuningResult.from_json(reply)
+            if error is not None:
+                self._not_stored(result, error)
+            return result
         except ray.exceptions.RayActorError as exc:
             result = failed_result(job, f"the tuning process died ({type(exc).__name__})", "crash", seconds)
         except Exception as exc:
@@ -151,12 +162,16 @@ class TuningPool:
         return result
 
     def _store_failure(self, result: TuningResult) -> None:
-        if self.store is None:
+        if self.store is None or self.store_error is not None:
             return
-        try:
-            self.store.put_result(result)
-        except Exception:
-            log.exception("could not store the failure of %s", result.request.op)
+        error = store_result(self.store, result)
+        if error is not None:
+            self._not_stored(result, error)
+
+    def _not_stored(self, result: TuningResult, error: str) -> None:
+        self.unstored.add(result.request.key)
+        if self.store_error is None:
+            self.store_error = error
 
     def shutdown(self) -> None:
         import ray

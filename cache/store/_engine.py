@@ -1,0 +1,97 @@
+"""Engines: parsing the cache URL and the SQLite connection settings.
+
+Plain functions; StoreBase (``_connection.py``) owns the engines they build.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event, exc
+from sqlalchemy.engine import URL, make_url
+
+from cache.errors import CacheUnavailable
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing
+
+
+def one_line(error: BaseException) -> str:
+    """The first line of the driver's message (SQLAlchemy appends SQL and a URL)."""
+    orig = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(orig).__name__
+
+
+def _mask_raw(url: str) -> str:
+    """Hide a password in a URL that SQLAlchemy could not parse."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, at, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in creds else ''}@{host}"
+
+
+def parse_url(url: str) -> URL:
+    hint = "use sqlite:///PATH, a file path, or postgresql://USER@HOST[:PORT]/DB"
+    try:
+        parsed = make_url(url)
+        parsed.port  # noqa: B018 - a bad port only surfaces when read
+    except (exc.ArgumentError, ValueError) as error:
+        raise CacheUnavailable(f"malformed cache URL {_mask_raw(url)!r} ({one_line(error)}); {hint}") from None
+    masked = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise CacheUnavailable(f"unsupported cache database {backend!r} in {masked}; {hint}")
+    try:
+        parsed.get_dialect().import_dbapi()  # a missing driver fails here, not mid-run
+    except (exc.NoSuchModuleError, ImportError) as error:
+        raise CacheUnavailable(
+            f"no database driver for {masked} ({one_line(error)}); "
+            "use postgresql+psycopg:// (psycopg 3) or sqlite:///PATH"
+        ) from None
+    return parsed
+
+
+def install_sqlite_hooks(engine: Engine, *, wal: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event below issue BEGIN, so writes can use
+        # BEGIN IMMEDIATE: a deferred transaction that upgrades to a write lock
+        # gets SQLITE_BUSY at once in WAL mode, without waiting busy_timeout.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            if wal:  # WAL lets readers run while one process writes (persistent setting)
+                _ensure_wal(cursor)
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(WRITE_OPT, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _ensure_wal(cursor: Any) -> None:
+    """Switch the file to WAL once; retry by hand, because SQLite may answer a
+    concurrent journal-mode change with "database is locked" at once, without
+    waiting busy_timeout (seen when several processes create the cache together)."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            transient = "locked" in str(error) or "busy" in str(error)
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))

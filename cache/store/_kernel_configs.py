@@ -1,0 +1,71 @@
+"""Kernel configs: data-only pointwise/reduction configs keyed by (environment, key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from cache.models import kernel_configs as K
+from cache.records import Environment, utcnow
+from cache.store._connection import db_errors
+from cache.store._envs import EnvironmentsMixin
+from cache.store._rows import json_safe
+
+class KernelConfigsMixin(EnvironmentsMixin):
+    @db_errors
+    def put_kernel_config(self, env: Environment, key: str, value: dict[str, Any]) -> None:
+        """Store a data-only config (JSON object) under (env, key), replacing any old one."""
+        if not isinstance(value, dict):
+            raise TypeError(f"kernel config value must be a dict, got {type(value).__name__}")
+        self.put_kernel_configs(env, {key: value})
+
+    @db_errors
+    def kernel_configs(self, env: Environment, prefix: str = "") -> dict[str, dict[str, Any]]:
+        """Every kernel config stored for env whose key starts with prefix."""
+
+        def work(conn: Connection) -> dict[str, dict[str, Any]]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return {}
+            query = select(K.c.key, K.c.value).where(K.c.env_id == env_id)
+            if prefix:
+                query = query.where(K.c.key.startswith(prefix, autoescape=True))
+            return {key: value for key, value in conn.execute(query)}
+
+        return self._read(work)
+
+    @db_errors
+    def put_kernel_configs(self, env: Environment, items: dict[str, dict[str, Any]]) -> int:
+        """Store many data-only configs for env in one transaction; returns how many."""
+        for key, value in items.items():
+            if not isinstance(value, dict):
+                raise TypeError(f"kernel config {key!r} must be a dict, got {type(value).__name__}")
+        rows = [(key, json_safe(value, "value")) for key, value in items.items()]
+        if not rows:
+            return 0
+
+        def work(conn: Connection) -> int:
+            env_id = self._env_id_for_write(conn, env)
+            now = utcnow()
+            for key, value in rows:
+                insert = self._insert(K).values(env_id=env_id, key=key, value=value, updated_at=now)
+                conn.execute(insert.on_conflict_do_update(
+                    index_elements=[K.c.env_id, K.c.key],
+                    set_={"value": insert.excluded.value, "updated_at": insert.excluded.updated_at},
+                ))
+            return len(rows)
+
+        return self._write(work)
+
+    @db_errors
+    def get_kernel_config(self, env: Environment, key: str) -> dict[str, Any] | None:
+        def work(conn: Connection) -> dict[str, Any] | None:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return None
+            query = select(K.c.value).where(K.c.env_id == env_id, K.c.key == key)
+            return conn.execute(query).scalar_one_or_none()
+
+        return self._read(work)
+

@@ -1,0 +1,286 @@
+"""Requests and results: the upsert of a tuned request with its candidates, and
+every read of them (the hook's lookup is the hot path)."""
+
+from __future__ import annotations
+
+import logging
+from collections import namedtuple
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Connection, bindparam, delete, exc, func, select
+from sqlalchemy.dialects import postgresql
+
+from cache.models import candidates as C
+from cache.models import environments as E
+from cache.models import misses as M
+from cache.models import requests as R
+from cache.records import STATUS_OK, Environment, TuningResult, utcnow
+from cache.store._connection import db_errors
+from cache.store._envs import EnvironmentsMixin
+from cache.store._rows import (
+    BATCH,
+    candidate_values,
+    chunks,
+    dedupe,
+    env_filter,
+    env_from_row,
+    result_from_rows,
+    result_values,
+)
+
+log = logging.getLogger(__name__)
+
+_LOOKUP_REQUEST = select(R).where(R.c.env_id == bindparam("env_id"), R.c.key == bindparam("key"))
+_LOOKUP_CANDIDATES = (
+    select(C).where(C.c.request_id == bindparam("request_id")).order_by(C.c.position)
+)
+_CANDIDATE_FIELDS = (
+    "choice_hash", "kind", "name", "description", "template_id",
+    "params", "time_ms", "failure_kind", "failure_message",
+)  # fmt: skip
+
+
+def _pg_lookup_statement() -> sa.Select[Any]:
+    """PostgreSQL: the request row and its candidates (as one JSON array) in one
+    statement, so a lookup is one round trip and sees one consistent snapshot.
+    (Not on SQLite: its JSON prints doubles with 15 digits, so times would not
+    round-trip exactly; there a lookup is two in-process queries instead.)"""
+    cand = C.alias("c")
+    obj = func.json_build_object(
+        *(arg for name in _CANDIDATE_FIELDS for arg in (sa.literal_column(f"'{name}'"), cand.c[name]))
+    )
+    cands = (
+        select(func.json_agg(postgresql.aggregate_order_by(obj, cand.c.position), type_=sa.JSON))
+        .where(cand.c.request_id == R.c.id)
+        .scalar_subquery()
+    )
+    return select(R, cands.label("candidates_json")).where(
+        R.c.env_id == bindparam("env_id"), R.c.key == bindparam("key")
+    )
+
+
+_PG_LOOKUP = _pg_lookup_statement()
+_PG_LOOKUP_SQL = str(_PG_LOOKUP.compile(dialect=postgresql.psycopg.dialect()))
+_PgLookupRow = namedtuple("_PgLookupRow", [*(c.name for c in R.c), "candidates_json"])  # type: ignore[misc]
+
+
+class ResultsMixin(EnvironmentsMixin):
+    # ------------------------------------------------------------------ writes
+
+    @db_errors
+    def put_result(self, result: TuningResult) -> None:
+        """Store (or replace) one result; clears any logged miss for it."""
+        self.put_results([result])
+
+    @db_errors
+    def put_results(self, results: Iterable[TuningResult]) -> int:
+        """Store many results, a batch per transaction; returns how many were given."""
+        self._require_writable()
+        # The last result for a key wins; a fixed order keeps PostgreSQL lock order
+        # the same in every writer, so overlapping batches do not deadlock.
+        unique = {(r.env.key, r.request.key): r for r in results}
+        ordered = [unique[k] for k in sorted(unique)]
+        for batch in chunks(ordered, BATCH):
+            self._write(lambda conn, batch=batch: self._put_batch(conn, batch))
+        return len(ordered)
+
+    def _put_batch(self, conn: Connection, batch: Sequence[TuningResult]) -> None:
+        now = utcnow()
+        for result in batch:
+            self._put(conn, result, now)
+
+    def _put(self, conn: Connection, result: TuningResult, now: datetime) -> None:
+        env_id = self._env_id_for_write(conn, result.env)
+        values = result_values(result, env_id, now)
+        insert = self._insert(R).values(**values)
+        insert = insert.on_conflict_do_update(
+            index_elements=[R.c.env_id, R.c.key],
+            set_={name: insert.excluded[name] for name in values if name not in ("env_id", "key")},
+        ).returning(R.c.id)
+        request_id = conn.execute(insert).scalar_one()
+        candidates = dedupe(result.candidates)
+        # A re-tune replaces the candidate set: drop the ones not in the new result.
+        # Each DELETE runs only when there is something to delete, so a write-back
+        # role without DELETE on candidates can still store a new result.
+        stale = C.c.choice_hash.not_in([c.choice_hash for c in candidates])
+        if _exists(conn, C, C.c.request_id == request_id, stale):
+            conn.execute(delete(C).where(C.c.request_id == request_id, stale))
+        if candidates:
+            rows = [candidate_values(c, i, request_id) for i, c in enumerate(candidates)]
+            insert = self._insert(C)
+            insert = insert.on_conflict_do_update(
+                index_elements=[C.c.request_id, C.c.choice_hash],
+                set_={name: insert.excluded[name] for name in rows[0] if name != "choice_hash"},
+            )
+            conn.execute(insert, rows)
+        answered = (M.c.env_id == env_id, M.c.key == result.request.key)
+        if _exists(conn, M, *answered):
+            _clear_miss(conn, delete(M).where(*answered))
+
+    # ------------------------------------------------------------------- reads
+
+    @db_errors
+    def lookup(self, env: Environment, request_key: str) -> TuningResult | None:
+        """The stored result (any status) for (env, request key), or None. Hot path."""
+        return self._read(lambda conn: self._lookup(conn, env, request_key))
+
+    def _lookup(self, conn: Connection, env: Environment, key: str) -> TuningResult | None:
+        env_key = env.key
+        cached = env_key in self._env_ids
+        env_id = self._env_id(conn, env, env_key)
+        if env_id is None:
+            return None
+        params = {"env_id": env_id, "key": key}
+        if self.dialect == "postgresql":
+            row = _pg_lookup_row(conn, params)
+            cands: list[Any] = [SimpleNamespace(**c) for c in (row.candidates_json if row else None) or ()]
+        else:  # SQLite reads run in one transaction: both queries see one snapshot
+            row = conn.execute(_LOOKUP_REQUEST, params).one_or_none()
+            cands = [] if row is None else conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
+        if row is None:
+            if cached:
+                # The env may have been pruned and re-created under a new id.
+                self._env_ids.pop(env_key, None)
+            return None
+        return result_from_rows(env, row, cands)
+
+    @db_errors
+    def get(self, request_id: int) -> TuningResult | None:
+        """The result stored under an integer row id (as listed by list_results)."""
+        found = self._read(lambda conn: self._results_for(conn, select(R).where(R.c.id == request_id)))
+        return found[0][1] if found else None
+
+    @db_errors
+    def list_results(
+        self,
+        op: str | None = None,
+        device: str | None = None,
+        limit: int | None = None,
+        status: str | None = None,
+    ) -> list[tuple[int, TuningResult]]:
+        """(row id, result) pairs in id order, optionally filtered."""
+        query = select(R).order_by(R.c.id)
+        if op:
+            query = query.where(R.c.op == op)
+        if status:
+            query = query.where(R.c.status == status)
+        if device:
+            query = query.where(R.c.env_id.in_(env_filter(None, device)))
+        if limit:
+            query = query.limit(limit)
+        return self._read(lambda conn: self._results_for(conn, query))
+
+    def iter_results(self, batch: int = 1000) -> Iterator[tuple[int, TuningResult]]:
+        """Every stored result in id order, a batch per query (for export)."""
+        last_id = 0
+        while rows := self._results_after(last_id, batch):
+            yield from rows
+            last_id = rows[-1][0]
+
+    @db_errors
+    def _results_after(self, last_id: int, batch: int) -> list[tuple[int, TuningResult]]:
+        query = select(R).where(R.c.id > last_id).order_by(R.c.id).limit(batch)
+        return self._read(lambda conn: self._results_for(conn, query))
+
+    def _results_for(self, conn: Connection, query: sa.Select[Any]) -> list[tuple[int, TuningResult]]:
+        rows = conn.execute(query).all()
+        if not rows:
+            return []
+        env_rows = conn.execute(select(E).where(E.c.id.in_({r.env_id for r in rows}))).all()
+        envs = {e.id: env_from_row(e) for e in env_rows}
+        cands: dict[int, list[Any]] = {r.id: [] for r in rows}
+        for chunk in chunks([r.id for r in rows], BATCH):
+            query = select(C).where(C.c.request_id.in_(chunk)).order_by(C.c.request_id, C.c.position)
+            for cand in conn.execute(query):
+                cands[cand.request_id].append(cand)
+        return [(r.id, result_from_rows(envs[r.env_id], r, cands[r.id])) for r in rows]
+
+    @db_errors
+    def cached_request_keys(self, env: Environment) -> set[str]:
+        """Keys of requests stored with status ok for env (work a sweep can skip)."""
+
+        def work(conn: Connection) -> set[str]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return set()
+            query = select(R.c.key).where(R.c.env_id == env_id, R.c.status == STATUS_OK)
+            return set(conn.execute(query).scalars())
+
+        return self._read(work)
+
+    @db_errors
+    def results_for_env(self, env: Environment, status: str | None = STATUS_OK) -> list[TuningResult]:
+        """Every result stored for env (status ok unless told), with candidates.
+
+        The warm-start hook reads this once per process to learn which Triton
+        configs won, so it can skip generating the ones that lost.
+        """
+
+        def work(conn: Connection) -> list[TuningResult]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return []
+            query = select(R).where(R.c.env_id == env_id).order_by(R.c.id)
+            if status:
+                query = query.where(R.c.status == status)
+            return [result for _, result in self._results_for(conn, query)]
+
+        return self._read(work)
+
+
+def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
+    """Run the PostgreSQL lookup on the driver's cursor directly.
+
+    SQLAlchemy's per-statement machinery costs about 0.1 ms of CPU here, a third
+    of a lookup on the compile-time hot path. Errors still come out as
+    SQLAlchemy's exception classes, and a dead connection is invalidated, as
+    conn.execute() would do.
+    """
+    import psycopg  # the postgresql+psycopg dialect has already imported it
+
+    driver = conn.connection.driver_connection
+    try:
+        with driver.cursor() as cursor:
+            cursor.execute(_PG_LOOKUP_SQL, params)
+            record = cursor.fetchone()
+    except psycopg.Error as error:
+        dead = driver.closed or driver.broken
+        if dead:
+            conn.invalidate(error)
+        raise exc.DBAPIError.instance(
+            _PG_LOOKUP_SQL, params, error, psycopg.Error, connection_invalidated=dead
+        ) from error
+    if record is None:
+        return None
+    row = _PgLookupRow(*record)
+    # The driver returns the session's time zone; records use UTC.
+    return row._replace(created_at=_utc(row.created_at), updated_at=_utc(row.updated_at))
+
+
+def _exists(conn: Connection, table: sa.Table, *where: sa.ColumnElement[bool]) -> bool:
+    return conn.execute(select(sa.literal(1)).select_from(table).where(*where).limit(1)).first() is not None
+
+
+def _clear_miss(conn: Connection, statement: sa.Delete) -> None:
+    """Delete the miss a result answers. A write-back role has no DELETE (by design):
+    then the miss stays logged (a sweep skips it, and its next store clears it) and
+    the result is still stored, thanks to the savepoint."""
+    if conn.dialect.name != "postgresql":
+        conn.execute(statement)
+        return
+    try:
+        with conn.begin_nested():
+            conn.execute(statement)
+    except exc.ProgrammingError as error:
+        if getattr(error.orig, "sqlstate", None) != "42501":  # insufficient_privilege
+            raise
+        log.debug("no DELETE privilege on misses; the answered miss stays logged")
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+

@@ -1,0 +1,214 @@
+"""Rows <-> records: pure conversions and small helpers shared by the store's mixins."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import func, select
+
+from cache.models import environments as E
+from cache.records import (
+    CandidateResult,
+    Environment,
+    InputLayout,
+    MissRecord,
+    Provenance,
+    TuningRequest,
+    TuningResult,
+    utcnow,
+)
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BATCH = 500  # results per write transaction / ids per IN (...) list
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def env_filter(torch_version: str | None, device: str | None) -> sa.Select[Any] | None:
+    """Ids of environments matching the filters, or None when there is no filter."""
+    where = []
+    if torch_version:
+        where.append(E.c.torch_version == torch_version)
+    if device:
+        needle = device.lower()
+        where.append(
+            sa.or_(
+                func.lower(E.c.device_name).contains(needle, autoescape=True),
+                func.lower(E.c.device_kind) == needle,
+            )
+        )
+    return select(E.c.id).where(*where) if where else None
+
+
+def json_safe(value: Any, where: str) -> Any:
+    """JSON data only: reject other objects, and store non-finite floats as null
+    (PostgreSQL's json type has no NaN or Infinity)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        log.warning("cache stores non-finite %s=%r as null", where, value)
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"{where} is a {type(value).__name__}; the cache stores JSON data only")
+
+
+def dedupe(candidates: Sequence[CandidateResult]) -> list[CandidateResult]:
+    seen: dict[str, CandidateResult] = {}
+    for cand in candidates:
+        if cand.choice_hash in seen:
+            log.warning("duplicate candidate %s in one result; keeping the first", cand.choice_hash)
+            continue
+        seen[cand.choice_hash] = cand
+    return list(seen.values())
+
+
+def same(a: TuningResult, b: TuningResult) -> bool:
+    """Equal including the fields dataclass equality ignores (params, config)."""
+    return (
+        a == b
+        and a.request.params == b.request.params
+        and [c.params for c in a.candidates] == [c.params for c in b.candidates]
+    )
+
+
+def env_values(env: Environment) -> dict[str, Any]:
+    return {
+        "key": env.key,
+        "device_kind": env.device_kind,
+        "device_name": env.device_name,
+        "torch_version": env.torch_version,
+        "triton_version": env.triton_version,
+        "cuda_version": env.cuda_version,
+        "system_hash": env.system_hash,
+        "config_fingerprint": env.config_fingerprint,
+        "config": json_safe(env.config, "env.config"),
+        "created_at": utcnow(),
+    }
+
+
+def env_from_row(row: Any) -> Environment:
+    return Environment(
+        device_kind=row.device_kind,
+        device_name=row.device_name,
+        torch_version=row.torch_version,
+        triton_version=row.triton_version,
+        cuda_version=row.cuda_version,
+        system_hash=row.system_hash,
+        config_fingerprint=row.config_fingerprint,
+        config=dict(row.config or {}),
+    )
+
+
+def request_values(request: TuningRequest) -> dict[str, Any]:
+    return {
+        "key": request.key,
+        "op": request.op,
+        "inputs_key": request.inputs_key,
+        "precision": request.precision,
+        "inputs": [layout.to_json() for layout in request.inputs],
+        "params": json_safe(request.params, "request.params"),
+        "choice_hashes": list(request.choice_hashes),
+    }
+
+
+def request_from_row(row: Any) -> TuningRequest:
+    # Built directly (not from_json, which sorts) so choice_hashes keep their order.
+    return TuningRequest(
+        op=row.op,
+        inputs_key=row.inputs_key,
+        precision=row.precision,
+        inputs=tuple(InputLayout.from_json(i) for i in row.inputs or ()),
+        params=dict(row.params or {}),
+        choice_hashes=tuple(row.choice_hashes or ()),
+    )
+
+
+def result_values(result: TuningResult, env_id: int, now: datetime) -> dict[str, Any]:
+    prov = result.provenance
+    return {
+        **request_values(result.request),
+        "env_id": env_id,
+        "status": result.status,
+        "winner_hash": result.winner_hash,
+        "validation": json_safe(result.validation, "validation"),
+        "error": result.error,
+        "created_at": prov.created_at,
+        "updated_at": now,
+        "host": prov.host,
+        "sweep_id": prov.sweep_id,
+        "tuning_seconds": prov.tuning_seconds,
+        "source": prov.source,
+    }
+
+
+def candidate_values(cand: CandidateResult, position: int, request_id: int) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "position": position,
+        "choice_hash": cand.choice_hash,
+        "kind": cand.kind,
+        "name": cand.name,
+        "description": cand.description,
+        "template_id": cand.template_id,
+        "params": json_safe(cand.params, f"candidate {cand.name} params"),
+        "time_ms": cand.time_ms,
+        "failure_kind": cand.failure_kind,
+        "failure_message": cand.failure_message,
+    }
+
+
+def candidate_from_row(row: Any) -> CandidateResult:
+    return CandidateResult(
+        choice_hash=row.choice_hash,
+        kind=row.kind,
+        name=row.name,
+        description=row.description,
+        template_id=row.template_id,
+        params=dict(row.params or {}),
+        time_ms=row.time_ms,
+        failure_kind=row.failure_kind,
+        failure_message=row.failure_message,
+    )
+
+
+def result_from_rows(env: Environment, row: Any, cands: Iterable[Any]) -> TuningResult:
+    return TuningResult(
+        env=env,
+        request=request_from_row(row),
+        candidates=tuple(candidate_from_row(c) for c in cands),
+        winner_hash=row.winner_hash,
+        status=row.status,
+        validation=row.validation,
+        error=row.error,
+        provenance=Provenance(
+            created_at=row.created_at,
+            host=row.host,
+            sweep_id=row.sweep_id,
+            tuning_seconds=row.tuning_seconds,
+            source=row.source,
+        ),
+    )
+
+
+def miss_from_row(env: Environment, row: Any) -> MissRecord:
+    return MissRecord(
+        env=env,
+        request=request_from_row(row),
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        count=row.count,
+        host=row.host,
+    )

@@ -1,0 +1,154 @@
+"""The fault-injection suite in CI, at small N (benchmarks/faults.py runs it at N up to
+32 and commits the figures): concurrent writers, a PostgreSQL restart, SIGKILLed
+writers, a full disk and a read-only filesystem, and bad input at the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cache import Store
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import fault_scenarios as faults  # noqa: E402
+
+from cli import main  # noqa: E402
+
+
+def _passed(outcome: faults.Outcome) -> None:
+    print(f"\n{outcome.scenario}: {json.dumps(outcome.figures)}")
+    assert outcome.passed, outcome.problems
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "existing"])
+def test_concurrent_writers_lose_and_duplicate_nothing(store_url: str, fresh: bool, tmp_path: Path) -> None:
+    """A sweep, an importer and a write-back job at once (N=3), into one database."""
+    outcome = faults.concurrent_writers(store_url, 3, fresh, tmp_path)
+    _passed(outcome)
+    assert outcome.figures["lost"] == 0 and outcome.figures["duplicates"] == 0
+
+
+def test_postgres_restart_mid_sweep(postgres_url: str, tmp_path: Path) -> None:
+    outcome = faults.postgres_restart_mid_sweep(postgres_url, 60, tmp_path)
+    _passed(outcome)
+    assert outcome.figures["write_retries"] >= 1  # it did meet the restart
+
+
+def test_sigkilled_writer_leaves_nothing_half_written(store_url: str, tmp_path: Path) -> None:
+    _passed(faults.killed_writer(store_url, 1, tmp_path))
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "tmpfs"
+    why = faults.small_tmpfs(directory)
+    if why is not None:
+        print(f"\nskipping: cannot mount a small tmpfs ({why}); needs root", file=sys.stderr)
+        pytest.skip(f"cannot mount a small tmpfs: {why}")
+    yield directory
+    faults.unmount(directory)
+
+
+def test_disk_full_is_one_line_and_nothing_corrupt(tmpfs: Path) -> None:
+    _passed(faults.disk_full(tmpfs))
+
+
+def test_read_only_filesystem_is_one_line(tmpfs: Path) -> None:
+    _passed(faults.read_only_file(tmpfs))
+
+
+def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
+    """A real sweep into a full disk: one Error line, no traceback, the summary counts
+    stored / not stored / not run, exit 1, and the file stays intact."""
+    with Store(f"sqlite:///{tmpfs / 'c.db'}") as store:  # fill the disk, keep the schema
+        faults.fill(store)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "sweep", str(REPO / "tests" / "models" / "tiny_mlp.py"), "--device", "cpu",
+         "--cache", str(tmpfs / "c.db"), "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "disk holding the SQLite file is full" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    totals = json.loads(done.stdout)["totals"]
+    assert totals["failed"] == 0 and totals["stored"] == 0
+    assert totals["not_stored"] >= 1 and totals["not_stored"] + totals["not_run"] == totals["found"] == 2
+    assert faults._integrity(f"sqlite:///{tmpfs / 'c.db'}") == "ok"
+
+
+# ----------------------------------------------------------------- bad input
+
+
+def _cli(*args: str) -> object:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _one_line_exit_2(result: object) -> None:
+    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr  # type: ignore[attr-defined]
+    assert "Traceback" not in result.output  # type: ignore[attr-defined]
+
+
+def test_malformed_line_in_a_large_import_writes_nothing(tmp_path: Path, store_url: str) -> None:
+    src = tmp_path / "src.db"
+    with Store(str(src)) as store:
+        store.put_results(faults._result(k) for k in range(500))
+        path = tmp_path / "big.jsonl"
+        with path.open("w") as fp:
+            store.export_jsonl(fp)
+    lines = path.read_text().splitlines()
+    lines[250] = lines[250][:-20]  # cut a line in the middle of the file
+    path.write_text("\n".join(lines) + "\n")
+    result = _cli("cache", "--cache", store_url, "import", str(path))
+    _one_line_exit_2(result)
+    assert "line 251" in result.stderr and "nothing was imported" in result.stderr  # type: ignore[attr-defined]
+    with Store(store_url) as store:
+        assert store.stats()["requests"] == 0
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("sqlitee:///x.db", "unsupported cache database 'sqlitee'"),
+    ("/no/such/dir/cache.db", "no cache database at /no/such/dir/cache.db"),
+])
+def test_bad_cache_urls(url: str, needle: str) -> None:
+    for command in (["cache", "--cache", url, "stats"], ["cache", "--cache", url, "ls"]):
+        result = _cli(*command)
+        _one_line_exit_2(result)
+        assert needle in result.stderr  # type: ignore[attr-defined]
+
+
+def test_garbage_where_the_database_should_be(tmp_path: Path) -> None:
+    garbage = tmp_path / "cache.db"
+    garbage.write_bytes(b"this is not a database\x00" * 200)
+    for command in (["stats"], ["ls"], ["upgrade"]):
+        result = _cli("cache", "--cache", str(garbage), *command)
+        _one_line_exit_2(result)
+        assert "is not an SQLite database" in result.stderr  # type: ignore[attr-defined]
+    assert garbage.read_bytes() == b"this is not a database\x00" * 200
+
+
+@pytest.mark.parametrize("source, needle", [
+    ("import no_such_module_here\n", "failed to import"),
+    ("import torch\ndef example(batch_size=None):\n    return torch.nn.Identity(), ()\n", "no tensor"),
+])
+def test_bad_model_files(tmp_path: Path, source: str, needle: str) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(source)
+    result = _cli("sweep", str(model), "--device", "cpu", "--cache", str(tmp_path / "c.db"))
+    assert result.exit_code == 2 and needle in result.output, result.output  # type: ignore[attr-defined]
+    assert "Traceback" not in result.output  # type: ignore[attr-defined]
+
+
+def test_first_line_is_not_a_missing_package_warning() -> None:
+    done = subprocess.run([sys.executable, "-m", "cli", "cache", "--cache", "sqlitee:///x", "stats"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("Error: unsupported cache database"), done.stderr
