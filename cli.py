@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.modelfile import ModelFileError
+from inductor_glue.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import Settings, SettingsError
 from cache import ARTIFACT_KINDS, ArtifactInfo, CacheError, ImportValidationError, MissRecord, Store, TuningResult

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .capture import _run_once, fresh_inductor
-from .modelfile import ModelFile
+from inductor_glue.capture import _run_once, fresh_inductor
+from inductor_glue.modelfile import ModelFile
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,8 @@ class PointwiseProcess:
 def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     import torch
 
-    from .env import pin_triton_toolchain
-    from .modelfile import load_model_file
+    from inductor_glue.env import pin_triton_toolchain
+    from inductor_glue.modelfile import load_model_file
 
     pin_triton_toolchain()
     model = load_model_file(spec.model_path, spec.entry)

@@ -20,8 +20,8 @@ from cache.records import (
     TuningResult,
 )
 
-from .capture import CaptureResult, capture_model
-from .modelfile import ModelFile, load_model_file, parse_config_overrides
+from inductor_glue.capture import CaptureResult, capture_model
+from inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 from .plan import Plan, make_plan, shape_summary
 from .pointwise import PointwiseProcess, PointwiseReport, PointwiseSpec
 from .settings import Settings
@@ -149,7 +149,7 @@ class _Silent:
 def _device(settings: Settings) -> str:
     if settings.device:
         return settings.device
-    from .env import default_device
+    from inductor_glue.env import default_device
 
     return default_device()
 
@@ -270,7 +270,7 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> li
     """Jobs for every logged miss from a machine like this one (any config)."""
     from workers.jobs import TuneJob
 
-    from .env import current_environment
+    from inductor_glue.env import current_environment
 
     here = current_environment(device)
     jobs = []

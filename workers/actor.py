@@ -11,28 +11,11 @@ resumes where it stopped.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
+from .faults import FAULT_ENV, inject_fault  # noqa: F401  (their old home; tests import them here)
+
 log = logging.getLogger(__name__)
-
-# Fault injection for tests of the failure path: "crash:KEY" makes the process
-# die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
-# sleep past any timeout. Set in the driver's environment; the pool passes it on.
-FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
-
-
-def inject_fault(request_key: str) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    kind, _, target = spec.partition(":")
-    if not spec or not target or not request_key.startswith(target):
-        return
-    if kind == "crash":
-        os._exit(17)
-    if kind == "hang":
-        import time
-
-        time.sleep(3600)
 
 
 class TuningWorker:
@@ -90,7 +73,7 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -
     import tempfile
     from pathlib import Path
 
-    from autotune.capture import capture_file
+    from inductor_glue.capture import capture_file
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / model_name

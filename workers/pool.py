@@ -19,8 +19,9 @@ from typing import Any
 
 from cache.records import TuningResult
 
-from .actor import FAULT_ENV, TuningWorker
+from .actor import TuningWorker
 from .errors import WorkerError
+from .faults import FAULT_ENV
 from .jobs import TuneJob, failed_result
 
 log = logging.getLogger(__name__)
