@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from alembic.util import CommandError
@@ -57,6 +57,9 @@ from cache.records import (
     utcnow,
 )
 from cache.url import resolve_cache_url
+
+if TYPE_CHECKING:
+    from cache.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +436,12 @@ class Store:
         env_id = conn.execute(_ENV_ID, {"key": env.key}).scalar_one()
         self._env_ids[env.key] = env_id
         return env_id
+
+    def leases(self, holder: str | None = None, seconds: float = 60.0) -> Leases:
+        """Leases of one sweep (``holder``) on this database's requests; see cache/leases.py."""
+        from cache.leases import Leases, new_holder_id
+
+        return Leases(self, holder or new_holder_id(), seconds)
 
     # ------------------------------------------------------------------ writes
 

@@ -8,10 +8,11 @@ candidate is compiled or benchmarked. What the lookups saw is the request list.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cache.records import Environment, TuningRequest
 
@@ -41,6 +42,8 @@ class CapturePolicy:
     env: Environment | None = None
     lookups: int = 0
     families: set[str] = field(default_factory=set)
+    # Called once per new request, while the compile goes on: the sweep streams it to workers.
+    on_request: Callable[[TuningRequest, Environment | None], None] | None = None
 
     def allow_template(self, pin: Any) -> bool:
         """Render one Triton config per template and request, not all of them.
@@ -67,9 +70,11 @@ class CapturePolicy:
             self.env = current_environment(self.device)
         if benchmark is not None:
             self.lookups += 1
-        key = request.to_request().key
-        merged = self.seen.setdefault(key, request)
-        if merged is not request:
+        found = request.to_request()
+        merged = self.seen.setdefault(found.key, request)
+        if merged is request and self.on_request is not None:
+            self.on_request(found, self.env)
+        elif merged is not request:
             known = {c.hash_key() for c in merged.offered}
             merged.offered.extend(c for c in request.offered if c.hash_key() not in known)
         aten = [c for c in choices if isinstance(c, sa.ExternKernelCaller)]
@@ -151,6 +156,56 @@ def no_runtime_tuning() -> Iterator[None]:
             setattr(CachingAutotuner, name, method)
 
 
+def kernel_owner(kernel_id: str, count: int) -> int:
+    """Which of ``count`` shards tunes this kernel: the same answer in every process."""
+    return int(hashlib.sha1(kernel_id.encode()).hexdigest(), 16) % max(1, count)
+
+
+def _kernel_id(autotuner: Any) -> str:
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    source = getattr(getattr(autotuner, "fn", None), "src", "") or ""
+    return f"{meta.get('kernel_name', '')}:{hashlib.sha1(source.encode()).hexdigest()}"
+
+
+@contextlib.contextmanager
+def tune_only_shard(rank: int, count: int) -> Iterator[None]:
+    """Tune at first run only the pointwise/reduction kernels of shard ``rank`` of ``count``.
+
+    The sweep's pointwise pass runs one process per GPU over the same model; each
+    compiles every kernel (the same source, so the same ids) but tunes only its
+    share, and the others run with their first config untuned and store nothing.
+    """
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        yield
+        return
+    if count <= 1:
+        yield
+        return
+    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
+    tune_one, descend = saved["autotune_to_one_config"], saved["coordinate_descent_tuning"]
+
+    def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kernel_owner(_kernel_id(self), count) == rank:
+            return tune_one(self, *args, **kwargs)
+        self.launchers = self.launchers[:1]
+        return None
+
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if kernel_owner(_kernel_id(self), count) == rank:
+            return descend(self, launcher, *args, **kwargs)
+        return launcher
+
+    CachingAutotuner.autotune_to_one_config = autotune_to_one_config
+    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(CachingAutotuner, name, method)
+
+
 # Epilogue-fusion benchmarking happens in the scheduler, outside lookup; it is
 # off during capture and tuning (it changes no choice hash).
 CAPTURE_CONFIG = {"benchmark_epilogue_fusion": False}
@@ -164,12 +219,17 @@ def capture_model(
     inductor_config: dict[str, Any] | None = None,
     train: bool = False,
     device: str = "cpu",
+    on_request: Callable[[TuningRequest, Environment | None], None] | None = None,
 ) -> CaptureResult:
-    """Compile ``model`` once per batch size in dry-run mode and list its requests."""
+    """Compile ``model`` once per batch size in dry-run mode and list its requests.
+
+    ``on_request(request, env)`` is called for each new request as it is found,
+    while the compile goes on.
+    """
     from .env import pin_triton_toolchain
 
     pin_triton_toolchain()
-    policy = CapturePolicy(device=device)
+    policy = CapturePolicy(device=device, on_request=on_request)
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
     for batch_size in batch_sizes:

@@ -37,11 +37,12 @@ class TuningWorker:
         from .child import ChildDied
 
         self._open_store()
+        node = _node_id()
         try:
-            return {"ok": True, "seconds": self.child.warm(self.device)}
+            return {"ok": True, "seconds": self.child.warm(self.device), "node": node}
         except ChildDied as died:
             log.warning("warming the tuning process failed: %s", died)
-            return {"ok": False, "error": str(died)}
+            return {"ok": False, "error": str(died), "node": node}
 
     def _open_store(self) -> None:
         """Connect and check the schema now, while the sweep captures, not at the first write."""
@@ -66,6 +67,16 @@ class TuningWorker:
         if self.store is not None:
             self.store.put_result(result)
         return result.to_json()
+
+
+def _node_id() -> str | None:
+    """The Ray node this actor runs on (None outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
 
 
 def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
