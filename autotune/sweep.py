@@ -123,6 +123,7 @@ class SweepReport:
     dry_run: bool = False
     pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
     models: list[ModelCapture] = field(default_factory=list)
+    requeued: int = 0  # jobs started again after their worker was lost (its node died)
 
     def count(self, *statuses: str) -> int:
         return sum(1 for o in self.outcomes if o.status in statuses)
@@ -165,6 +166,7 @@ class SweepReport:
                 "tuned": self.tuned,
                 "failed": self.failed,
                 "elsewhere": self.elsewhere,
+                "requeued": self.requeued,
                 "captured": self.captured,
                 "deduplicated": self.found,
                 "capture_seconds": round(self.capture_seconds, 3),
@@ -458,6 +460,7 @@ class _Sweep:
         began = self.dispatcher.began or time.perf_counter()
         self.report.tuning_seconds = time.perf_counter() - began
         self.report.startup_seconds = self.starter.ready_seconds or 0.0
+        self.report.requeued = self.dispatcher.pool.requeued if self.dispatcher.pool else 0
         self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE) for job in self.queue.elsewhere]
 
     def close(self) -> None:

@@ -138,6 +138,7 @@ class TuningPool:
         self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
         self.placements: dict[str, str | None] = {}  # request key -> node id of the actor that tuned it
         self._attempts: dict[str, int] = {}
+        self.requeued = 0  # jobs given back after their actor was lost
 
     def warm(self) -> None:
         """Have every actor start and warm its child now."""
@@ -239,6 +240,7 @@ class TuningPool:
             if attempts <= MAX_JOB_RETRIES:
                 log.warning("the worker tuning %s was lost (%s); re-queued", job.request.op, type(exc).__name__)
                 source.retry(job)
+                self.requeued += 1
                 return None
             result = failed_result(job, f"the tuning process died ({type(exc).__name__})", "crash", seconds)
         except Exception as exc:
