@@ -63,7 +63,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         except ProcessLookupError:
             pass
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -126,11 +126,11 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("capturing")]
     assert len(lines) == 1 and "RAY_AUTH_MODE=token" in lines[0] and "token" in lines[0], err
 
-    proc = _sweep(cluster, sqlite_url, "--batch-sizes", "4,8")
+    proc = _sweep(cluster, sqlite_url)
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     report = _report(out)
-    assert report["totals"]["tuned"] == 4
+    assert report["totals"]["tuned"] == 2
     assert len({r["node"] for r in report["requests"]}) == 2, report["requests"]  # both nodes tuned
 
 
