@@ -68,7 +68,7 @@ def sweep(paths: list[str], gpus: int, tmp: Path, timeout: float) -> dict[str, A
 
 def cold(name: str, path: str, tmp: Path, timeout: float) -> dict[str, Any]:
     run = ModelRun(name, path, ["max-autotune-cold"], tmp, f"sqlite:///{tmp / 'unused.db'}", train=False)
-    args = argparse.Namespace(runs=5, warmup=1, optimizer_step="off", batch_size=None, kernel_profile=False,
+    args = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", batch_size=None, kernel_profile=False,
                               timeout=timeout)
     result = run_model_scenario("max-autotune-cold", run, args, None)
     return {"status": result.get("status"), "wall_s": result.get("process_wall_s"),
