@@ -36,6 +36,9 @@ class SweepQueue:
 
     leases: Leases | None = None  # None: no other sweep to coordinate with (read-only, or off)
     retry_seconds: float = RETRY_SECONDS
+    # Hand nothing out before close(): on CPU a benchmark running beside the capture's
+    # compile times the contention, not the kernel (GPU benchmarks time the GPU).
+    hold_until_closed: bool = False
     elsewhere: list[TuneJob] = field(default_factory=list)  # done by another sweep meanwhile
 
     def __post_init__(self) -> None:
@@ -68,6 +71,8 @@ class SweepQueue:
 
     def take(self) -> TuneJob | None:
         with self._lock:
+            if self.hold_until_closed and not self._closed:
+                return None
             now = time.monotonic()
             due = [job for when, job in self._waiting if when <= now]
             self._waiting = [(when, job) for when, job in self._waiting if when > now]

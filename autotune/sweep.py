@@ -375,7 +375,7 @@ class _Sweep:
         from .queue import SweepQueue
 
         leases = None if self.settings.read_only else self.store.leases(seconds=self.settings.lease_seconds)
-        self.queue = SweepQueue(leases)
+        self.queue = SweepQueue(leases, hold_until_closed=self.device != "cuda")
         if self.local and self.options.model_paths:
             self.ensure_pool()
 

@@ -3,8 +3,10 @@
 Like kernel_tuner's parallel runner: one actor per GPU (``num_gpus=1``, so each
 sees its GPU as device 0), or ``workers`` actors on CPU. Each actor holds one job
 at a time. A job that crashes or hangs its tuning child comes back from the actor
-as a failed result; should the actor itself die or stop answering, the driver
-records the job as failed and Ray restarts the actor for the next one.
+as a failed result. Should the actor itself die (its node lost), the job goes back
+to the queue for another actor (at most MAX_JOB_RETRIES times), and Ray restarts
+the actor wherever there is room; one that stops answering is killed after the
+timeout and its job recorded as failed.
 """
 
 from __future__ import annotations
