@@ -27,7 +27,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, and_, select, update
@@ -37,8 +37,15 @@ from cache.errors import CacheError
 from cache.models import leases as L
 from cache.records import utcnow
 
-if TYPE_CHECKING:
-    from cache.store import Store
+
+
+class _Writer(Protocol):
+    """What leases need of a Store (cache/store.py): its write transactions, with retries."""
+
+    @property
+    def masked_url(self) -> str: ...
+
+    def _write(self, work: Any) -> Any: ...
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +64,7 @@ def new_holder_id() -> str:
 class Leases:
     """The leases one holder (one sweep) takes in one cache database."""
 
-    store: Store
+    store: _Writer
     holder: str
     seconds: float = 60.0  # how long a lease lives without a heartbeat
     since: datetime | None = None  # this holder's start: releases after it mean "done"
