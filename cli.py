@@ -12,13 +12,14 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.modelfile import ModelFileError
+from inductor_glue.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import Settings, SettingsError
 from cache import (
@@ -628,11 +629,15 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
     console.print(table)
     verb = "planned" if report.dry_run else "tuned"
     planned = report.count("planned")
+    elsewhere = f", {report.elsewhere} tuned by another sweep" if report.elsewhere else ""
     console.print(
         f"requests: {report.found} found, {report.cached} cached, "
-        f"{planned if report.dry_run else report.tuned} {verb}, {report.failed} failed "
+        f"{planned if report.dry_run else report.tuned} {verb}{elsewhere}, {report.failed} failed "
         f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
     )
+    if len(report.models) > 1:
+        per_model = ", ".join(f"{escape(Path(m.path).name)} {m.requests}" for m in report.models)
+        console.print(f"models: {per_model}: {report.captured} requests, {report.found} after de-duplication")
     if report.store_error is not None:
         console.print(f"stored {report.stored}, not stored {report.not_stored}, not run {report.not_run}: "
                       "the sweep stopped at the first result the cache refused")
@@ -651,7 +656,7 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
 
 
 @main.command()
-@click.argument("model", required=False, type=click.Path(dir_okay=False))
+@click.argument("models", nargs=-1, type=click.Path(dir_okay=False), metavar="[MODEL.py]...")
 @click.option("--entry", default="example", show_default=True, help="Function in MODEL that returns (module, inputs).")
 @click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
 @click.option("--mode", help="torch.compile mode to capture and tune with [default: max-autotune].")
@@ -669,30 +674,35 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
 @click.option("--signing-key", metavar="PATH", help="Sign and publish the compiled artifacts of the end-to-end "
               "compile with this private key [default: $AUTOTUNE_SIGNING_KEY].")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def sweep(model: str | None, entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
+def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
           batch_sizes: str | None, train: bool, device: str | None, address: str | None, workers: int | None,
           gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
           signing_key: str | None, as_json: bool) -> None:
-    """Capture every GEMM/conv autotune request of MODEL and tune the uncached ones on Ray.
+    """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
-    Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input.
+    Several models make one queue: the union of their requests is tuned once. Sweeps
+    sharing a cache database lease each request, so none is tuned twice.
+
+    Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input
+    (a bad model file, or a Ray cluster that cannot be joined).
 
     \b
     Example:
         autotune sweep examples/mlp.py
-        autotune sweep examples/resnet.py --cache postgresql://tuner@db/kernels
+        autotune sweep examples/resnet.py examples/gpt.py --cache postgresql://tuner@db/kernels
         autotune sweep model.py --batch-sizes 1,8,32 --dry-run --json
         autotune sweep --misses
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
     """
     from autotune.sweep import SweepOptions, run_sweep
 
-    if model is None and not misses:
+    if not models and not misses:
         raise click.UsageError("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(cache=cache_url, mode=mode, device=device, address=address, workers=workers,
                          gpus=gpus, request_timeout=request_timeout, signing_key=signing_key)
     _check_keys(settings)
-    options = SweepOptions(model, entry=entry, batch_sizes=_batch_sizes(batch_sizes),
+    options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
+                           batch_sizes=_batch_sizes(batch_sizes),
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
     progress = _RichProgress(_err())

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
 from cache.signing import OK, Signer, TrustedKeys
 
-from .patching import StackedPatch
+from inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 

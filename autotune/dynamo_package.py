@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from cache.records import ARTIFACT_DYNAMO
 
-from .patching import StackedPatch
+from inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _has_guarded_code(entry: Any) -> bool:
 
 
 def _stored_key(fn: Any, source_id: str, device: str) -> str:
-    from .env import current_environment
+    from inductor_glue.env import current_environment
 
     return f"{current_environment(device).key[:24]}:{_source_file_digest(fn)}:{source_id}"
 

@@ -29,7 +29,7 @@ from cache.records import (
     TuningResult,
 )
 
-from .inductor import (
+from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
     Timings,
@@ -40,7 +40,7 @@ from .inductor import (
 )
 from cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 
-from .pinning import Pin, PinIndex
+from inductor_glue.pinning import Pin, PinIndex
 from .plan import shape_summary
 from .settings import Settings
 
@@ -150,7 +150,7 @@ class ServePolicy:
         return self._miss(env, plain, choices, benchmark, default)
 
     def _env(self, request: ObservedRequest) -> Environment:
-        from .env import current_environment
+        from inductor_glue.env import current_environment
 
         device = request.inputs[0].device if request.inputs else "cpu"
         return current_environment(device)
@@ -235,7 +235,7 @@ class ServePolicy:
 
     def _pin_index(self, device: str) -> PinIndex | None:
         if device not in self._pins:
-            from .env import current_environment
+            from inductor_glue.env import current_environment
 
             env = current_environment(device)  # inside the compile: the job's real config
             results = self._call(lambda store: store.results_for_env(env))
@@ -246,7 +246,7 @@ class ServePolicy:
     def load_kernel_configs(self, device: str) -> None:
         """Write the stored configs for device into Inductor's cache dir, before any compile."""
         from . import kernel_configs
-        from .env import kernel_config_environment
+        from inductor_glue.env import kernel_config_environment
 
         if not self.settings.kernel_configs:
             return
@@ -260,7 +260,7 @@ class ServePolicy:
 
     def save_kernel_config(self, device: str, key: str, value: dict[str, Any]) -> None:
         """Copy one config Inductor just tuned into the store, without waiting for it."""
-        from .env import kernel_config_environment
+        from inductor_glue.env import kernel_config_environment
 
         if self._disabled or not self.settings.write_back or self.settings.read_only:
             return
@@ -309,7 +309,7 @@ class WarmStart:
     # weighs one template against ATen.
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None) -> None:
-        from .env import pin_triton_toolchain
+        from inductor_glue.env import pin_triton_toolchain
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy

@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Any, Callable
 
-from .patching import StackedPatch
+from inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 

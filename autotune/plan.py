@@ -76,3 +76,28 @@ def shape_summary(request: TuningRequest) -> str:
     else:
         body = ", ".join(shapes)
     return " ".join(part for part in (op, body, dtypes) if part)
+
+
+TUNE = "tune"
+CACHED = "cached"
+
+
+@dataclass
+class PlanStream:
+    """The plan made one request at a time, as capture finds them, across models.
+
+    Requests are the same when their environment (device, versions, Inductor config)
+    and their key (op, inputs, precision) are: the union of several models' requests
+    is tuned once.
+    """
+
+    force: bool = False
+    seen: dict[tuple[str, str], TuningRequest] = field(default_factory=dict)
+
+    def add(self, request: TuningRequest, env_key: str, cached_keys: set[str]) -> str | None:
+        """TUNE, CACHED, or None for a request seen before."""
+        key = (env_key, request.key)
+        if key in self.seen:
+            return None
+        self.seen[key] = request
+        return CACHED if request.key in cached_keys and not self.force else TUNE

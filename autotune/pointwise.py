@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .capture import _run_once, fresh_inductor
-from .modelfile import ModelFile
+from inductor_glue.capture import _run_once, fresh_inductor, tune_only_shard
+from inductor_glue.modelfile import ModelFile
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,94 @@ def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode
     train_step(torch.compile(module, mode=mode), optimizer, inputs)
 
 
+# ------------------------------------------------------------------ spread over GPUs
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One process of the pass: model ``model`` (an index), kernels of share ``rank`` of ``count``."""
+
+    model: int
+    rank: int = 0
+    count: int = 1
+
+
+def plan_lanes(models: int, gpus: int) -> list[list[Shard]]:
+    """Split the pass over ``gpus`` lanes: one GPU each, run side by side; a lane runs its
+    shards one after another (two benchmarks sharing a GPU would disturb each other).
+
+    Once the GEMM winners are stored, each pointwise/reduction kernel is tuned on its
+    own, so the work splits freely. With no more GPUs than models, each lane takes
+    whole models (dealt round-robin); with more, each model's kernels are split into
+    shares, the GPUs dealt out as evenly as possible.
+    """
+    if models <= 0:
+        return []
+    gpus = max(1, gpus)
+    if gpus <= models:
+        lanes: list[list[Shard]] = [[] for _ in range(gpus)]
+        for model in range(models):
+            lanes[model % gpus].append(Shard(model))
+        return lanes
+    counts = [gpus // models + (1 if model < gpus % models else 0) for model in range(models)]
+    return [[Shard(model, rank, counts[model])] for model in range(models) for rank in range(counts[model])]
+
+
+def _gpu_ids(lanes: int) -> list[str | None]:
+    """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES."""
+    if lanes <= 1:
+        return [None]
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return [visible[i] if i < len(visible) else str(i) for i in range(lanes)]
+
+
+def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseReport:
+    merged = PointwiseReport(seconds=seconds)
+    for report in reports:
+        for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused"):
+            setattr(merged, name, getattr(merged, name) + getattr(report, name))
+        merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
+    errors = [r.error for r in reports if r.error]
+    merged.error = "; ".join(errors) if errors else None
+    return merged
+
+
+class PointwisePass:
+    """Every model's end-to-end pass, spread over this host's GPUs.
+
+    The first process of each lane starts at once (imports, CUDA, the model) and
+    waits for the GEMM winners; ``run`` lets them go. With a signing key a model is
+    never split: its publishing compile needs every one of its kernels tuned first.
+    """
+
+    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1) -> None:
+        splits = not any(spec.signing_key for spec in specs)
+        self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)))
+        gpu_ids = _gpu_ids(len(self.lanes))
+        self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=gpu_ids[i])
+                       for s in lane] for i, lane in enumerate(self.lanes)]
+        self.first = [PointwiseProcess(lane[0]) for lane in self.units]
+
+    def run(self, timeout: float) -> PointwiseReport:
+        """Run every lane side by side; never raises."""
+        import concurrent.futures
+
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.units))) as pool:
+            lanes = list(pool.map(lambda i: self._run_lane(i, timeout), range(len(self.units))))
+        return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
+
+    def _run_lane(self, index: int, timeout: float) -> list[PointwiseReport]:
+        reports = [self.first[index].run(timeout)]
+        for spec in self.units[index][1:]:
+            reports.append(PointwiseProcess(spec).run(timeout))
+        return reports
+
+    def close(self) -> None:
+        for process in self.first:
+            process.close()
+
+
 # ------------------------------------------------------------------ the process
 
 _RESULT = "POINTWISE "
@@ -161,6 +249,8 @@ class PointwiseSpec:
     cache: str | None
     device: str = "cuda"
     signing_key: str | None = None
+    shard: list[int] = field(default_factory=lambda: [0, 1])  # [rank, count]: tune only this share
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES of the process (None: as the sweep's)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -172,9 +262,11 @@ class PointwiseProcess:
     def __init__(self, spec: PointwiseSpec) -> None:
         from workers.child import clean_environment
 
+        env = clean_environment()
+        if spec.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = spec.gpu
         self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=clean_environment(),
-                                     text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
     def run(self, timeout: float) -> PointwiseReport:
         """Go, wait for the report (at most ``timeout`` s). Never raises."""
@@ -202,8 +294,8 @@ class PointwiseProcess:
 def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     import torch
 
-    from .env import pin_triton_toolchain
-    from .modelfile import load_model_file
+    from inductor_glue.env import pin_triton_toolchain
+    from inductor_glue.modelfile import load_model_file
 
     pin_triton_toolchain()
     model = load_model_file(spec.model_path, spec.entry)
@@ -212,8 +304,9 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     if go.readline().strip() != "go":  # the sweep ended without storing winners
         return PointwiseReport(error="cancelled")
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
-    return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
-                          inductor_config=spec.inductor_config, train=spec.train, device=spec.device)
+    with tune_only_shard(*spec.shard):
+        return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
+                              inductor_config=spec.inductor_config, train=spec.train, device=spec.device)
 
 
 def main(argv: list[str]) -> int:

@@ -62,6 +62,9 @@ class Settings:
     gpus: int | None = None
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0
+    # Sweeps sharing a database lease each request; a lease not renewed for this long
+    # (its sweep died) is taken over by another sweep.
+    lease_seconds: float = 60.0
     # Hook: what to do on a miss ("tune", "aten", "error").
     on_miss: str = "tune"
     # Hook: store misses' benchmark results under the sweep's keys.
@@ -122,5 +125,5 @@ class Settings:
             raise SettingsError(f"gpus={self.gpus} must be at least 1 (AUTOTUNE_GPUS)")
         if self.device not in (None, "cuda", "cpu"):
             raise SettingsError(f"device={self.device!r} must be cuda or cpu (AUTOTUNE_DEVICE)")
-        if self.request_timeout <= 0 or self.lookup_timeout <= 0:
+        if self.request_timeout <= 0 or self.lookup_timeout <= 0 or self.lease_seconds <= 0:
             raise SettingsError("timeouts must be positive")

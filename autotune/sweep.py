@@ -1,4 +1,10 @@
-"""The sweep driver: model.py -> capture -> plan -> workers -> cache.
+"""The sweep driver: model files -> capture -> plan -> queue -> workers -> cache.
+
+Several model files make one sweep: each is captured in turn, and every request
+found goes to one queue as soon as capture finds it (the Ray pool starts during
+capture and tunes while capture goes on), de-duplicated across models. The
+queue leases each request in the cache database, so concurrent sweeps split the
+work (see ``queue.py``).
 
 It returns a ``SweepReport`` (plain data) and reports progress through a small
 callback interface, so the CLI owns all printing.
@@ -7,8 +13,10 @@ callback interface, so the CLI owns all printing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,20 +28,24 @@ from cache.records import (
     TuningResult,
 )
 
-from .capture import CaptureResult, capture_model
-from .modelfile import ModelFile, load_model_file, parse_config_overrides
-from .plan import Plan, make_plan, shape_summary
-from .pointwise import PointwiseProcess, PointwiseReport, PointwiseSpec
+from inductor_glue.capture import CaptureResult, capture_model
+from inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
+
+from .plan import CACHED, PlanStream, shape_summary
+from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
 from .settings import Settings
 
 if TYPE_CHECKING:  # Ray is imported only by sweeps that tune
-    from workers.pool import PoolStarter
+    from workers.pool import PoolStarter, TuningPool
+
+    from .queue import SweepQueue
 
 log = logging.getLogger(__name__)
 
 STATUS_CACHED = "cached"
 # Never started: the cache refused a write, so the sweep stopped (see SweepReport.store_error).
 STATUS_NOT_RUN = "not_run"
+STATUS_ELSEWHERE = "elsewhere"  # tuned by another sweep on the same database meanwhile
 
 
 @dataclass
@@ -46,6 +58,27 @@ class SweepOptions:
     force: bool = False
     dry_run: bool = False
     misses: bool = False
+    more_models: tuple[str, ...] = ()  # further model files: one queue, their union tuned once
+
+    @property
+    def model_paths(self) -> list[str]:
+        paths = ([self.model_path] if self.model_path else []) + list(self.more_models)
+        return list(dict.fromkeys(paths))
+
+
+@dataclass
+class ModelCapture:
+    """One model's part of a sweep: how many requests its capture found."""
+
+    path: str
+    requests: int = 0  # unique within this model
+    new: int = 0  # not found by an earlier model of the sweep
+    lookups: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "requests": self.requests, "new": self.new, "lookups": self.lookups,
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -53,8 +86,9 @@ class Outcome:
     """One request's row in the closing table."""
 
     request: TuningRequest
-    status: str  # "cached", "not_run", or a TuningResult status
+    status: str  # "cached", "elsewhere", "planned", "not_run", or a TuningResult status
     result: TuningResult | None = None
+    node: str | None = None  # the Ray node that tuned it
     stored: bool = True  # False: tuned, but the cache refused to keep it
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +106,7 @@ class Outcome:
             "candidates": len(self.result.candidates) if self.result else None,
             "error": self.result.error if self.result else None,
             "tuning_seconds": self.result.provenance.tuning_seconds if self.result else None,
+            "node": self.node,
             "stored": self.stored,
         }
 
@@ -91,6 +126,8 @@ class SweepReport:
     tuning_seconds: float = 0.0
     dry_run: bool = False
     pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
+    models: list[ModelCapture] = field(default_factory=list)
+    requeued: int = 0  # jobs started again after their worker was lost (its node died)
     # The cache's one-line error when it refused to store a result; the sweep stopped there.
     store_error: str | None = None
 
@@ -110,9 +147,18 @@ class SweepReport:
         return self.count(STATUS_OK)
 
     @property
+    def elsewhere(self) -> int:
+        return self.count(STATUS_ELSEWHERE)
+
+    @property
+    def captured(self) -> int:
+        """Requests over every model before de-duplication (the union is ``found``)."""
+        return sum(m.requests for m in self.models)
+
+    @property
     def failed(self) -> int:
         """Requests whose tuning failed (not those left undone because the cache refused writes)."""
-        return self.found - self.cached - self.tuned - self.count("planned", STATUS_NOT_RUN)
+        return self.found - self.cached - self.tuned - self.elsewhere - self.count("planned", STATUS_NOT_RUN)
 
     @property
     def not_stored(self) -> int:
@@ -143,6 +189,10 @@ class SweepReport:
                 "stored": self.stored,
                 "not_stored": self.not_stored,
                 "not_run": self.not_run,
+                "elsewhere": self.elsewhere,
+                "requeued": self.requeued,
+                "captured": self.captured,
+                "deduplicated": self.found,
                 "capture_seconds": round(self.capture_seconds, 3),
                 "startup_seconds": round(self.startup_seconds, 3),
                 "tuning_seconds": round(self.tuning_seconds, 3),
@@ -150,6 +200,7 @@ class SweepReport:
             },
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
+            "models": [m.to_json() for m in self.models],
             "requests": [o.to_json() for o in self.outcomes],
         }
 
@@ -174,23 +225,9 @@ class _Silent:
 def _device(settings: Settings) -> str:
     if settings.device:
         return settings.device
-    from .env import default_device
+    from inductor_glue.env import default_device
 
     return default_device()
-
-
-def _load(options: SweepOptions, settings: Settings, device: str) -> tuple[ModelFile, dict[str, Any]]:
-    """The model file and capture arguments: every bad-input error surfaces here."""
-    assert options.model_path is not None
-    model = load_model_file(options.model_path, options.entry)
-    kwargs: dict[str, Any] = dict(
-        batch_sizes=options.batch_sizes,
-        mode=settings.mode,
-        inductor_config=parse_config_overrides(options.inductor_config),
-        train=options.train,
-        device=device,
-    )
-    return model, kwargs
 
 
 def _captures_here(device: str) -> bool:
@@ -223,6 +260,20 @@ class _BuiltOnce(ModelFile):
         return super().build(batch_size)
 
 
+def _load(path: str, options: SweepOptions, local: bool) -> ModelFile:
+    """A model file, built once where it is captured here: every bad-input error surfaces now."""
+    model = load_model_file(path, options.entry)
+    if local and options.batch_sizes:
+        model = _BuiltOnce.of(model, options.batch_sizes[0])
+    return model
+
+
+def _capture_kwargs(options: SweepOptions, settings: Settings, device: str) -> dict[str, Any]:
+    return dict(batch_sizes=options.batch_sizes, mode=settings.mode,
+                inductor_config=parse_config_overrides(options.inductor_config), train=options.train,
+                device=device)
+
+
 def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None) -> PoolStarter:
     """Start Ray and the pool in the background; before capture the job count is not
     known (``jobs`` None), so the pool gets every actor the settings allow."""
@@ -233,53 +284,21 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs)
 
 
-@dataclass
-class _Captured:
-    jobs: list[Any]
-    starter: PoolStarter | None
-    kwargs: dict[str, Any]  # capture's arguments: the pointwise pass compiles the same way
-    local: bool
-
-
-def _capture_jobs(options: SweepOptions, settings: Settings, device: str, store: Any, report: SweepReport,
-                  began: float, progress: Progress) -> _Captured:
-    """Capture and plan. A sweep that will tune starts its pool first, so that Ray's,
-    the actors' and the children's start-up overlap the capture (the remote capture
-    needs Ray and a GPU first, so there the pool waits)."""
-    from workers.jobs import TuneJob
-
-    model, kwargs = _load(options, settings, device)  # bad input fails here, before any Ray start
-    local = _captures_here(device)
-    starter = None
-    if local and not options.dry_run and options.batch_sizes:
-        model = _BuiltOnce.of(model, options.batch_sizes[0])
-        starter = _start_pool(store, device, settings, began)
-    progress.stage(f"capturing {options.model_path} ({settings.mode}, {device})")
-    try:
-        captured = capture_model(model, **kwargs) if local else _remote_capture(options, settings, kwargs)
-        report.env, report.capture_seconds = captured.env, captured.seconds
-        cached_keys = store.cached_request_keys(captured.env) if captured.env else set()
-    except BaseException:
-        if starter is not None:
-            starter.close()
-        raise
-    plan: Plan = make_plan(captured.requests, cached_keys, force=options.force)
-    report.outcomes += [Outcome(r, STATUS_CACHED) for r in plan.cached]
-    jobs = [TuneJob(r, captured.env, settings.mode, captured.config_overrides, device, report.sweep_id)
-            for r in plan.to_tune]
-    return _Captured(jobs, starter, kwargs, local)
-
-
-def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
+def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
+    """Capture on a GPU node of the cluster: the model file travels alone (its own imports
+    must be installed there)."""
     import ray
 
     from workers.actor import remote_capture
-    from workers.pool import start_ray
+    from workers.errors import WorkerError
+    from workers.pool import gpu_count, start_ray
 
     start_ray(settings.address)
-    path = Path(options.model_path or "")
+    if gpu_count() < 1:
+        raise WorkerError("this host has no GPU to capture on and the Ray cluster has none either; "
+                          "join a cluster with GPUs (--address), or pass --device cpu")
     task = ray.remote(num_gpus=1)(remote_capture)
-    data = ray.get(task.remote(path.read_text(), path.name, {**kwargs, "entry": options.entry}))
+    data = ray.get(task.remote(Path(path).read_text(), Path(path).name, {**kwargs, "entry": options.entry}))
     return CaptureResult(
         env=Environment.from_json(data["env"]) if data["env"] else None,
         requests=[TuningRequest.from_json(r) for r in data["requests"]],
@@ -293,9 +312,8 @@ def _remote_capture(options: SweepOptions, settings: Settings, kwargs: dict[str,
 
 def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> list[Any]:
     """Jobs for every logged miss from a machine like this one (any config)."""
+    from inductor_glue.env import current_environment
     from workers.jobs import TuneJob
-
-    from .env import current_environment
 
     here = current_environment(device)
     jobs = []
@@ -318,96 +336,240 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> li
     return jobs
 
 
-def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | None = None) -> SweepReport:
-    """Capture, plan, tune the rest on Ray, store each result. Raises on bad input only."""
-    from cache.store import Store
+class _Dispatcher:
+    """Feeds the queue to the pool in a thread, while capture still fills the queue."""
 
-    progress = progress or _Silent()
-    started = time.perf_counter()
-    device = _device(settings)
-    sweep_id = uuid.uuid4().hex[:12]
-    store = Store(settings.cache, read_only=settings.read_only)
-    report = SweepReport(sweep_id=sweep_id, env=None, device=device, dry_run=options.dry_run)
+    def __init__(self, starter: PoolStarter, queue: SweepQueue) -> None:
+        import queue as queue_module
 
-    jobs: list[Any] = []
-    starter: PoolStarter | None = None
-    captured: _Captured | None = None
-    pointwise: PointwiseProcess | None = None
-    if options.model_path is not None:
-        captured = _capture_jobs(options, settings, device, store, report, started, progress)
-        jobs, starter = captured.jobs, captured.starter
-    try:
-        if options.misses:
-            known = {job.request.key for job in jobs}
-            jobs += [j for j in _miss_jobs(store, device, settings, sweep_id) if j.request.key not in known]
-        if options.dry_run or not jobs:
-            report.outcomes += [Outcome(job.request, "planned") for job in jobs]
-            if not options.dry_run and captured is not None and _publishes(captured, settings):
-                pointwise = _pointwise_process(captured, options, settings, device)  # artifacts only
+        self.starter, self.queue = starter, queue
+        self.results: queue_module.Queue[TuningResult | None] = queue_module.Queue()
+        self.pool: TuningPool | None = None
+        self.error: BaseException | None = None
+        self.began: float | None = None
+        threading.Thread(target=self._run, name="autotune-dispatch", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.pool = self.starter.pool()  # raises what the start raised (e.g. WorkerError)
+            self.began = time.perf_counter()
+            for result in self.pool.run(self.queue):
+                self.results.put(result)
+        except BaseException as exc:  # handed to the sweep's thread by outcomes()
+            self.error = exc
+        finally:
+            self.results.put(None)
+
+    def outcomes(self) -> Iterator[Outcome]:
+        while (result := self.results.get()) is not None:
+            node = self.pool.placements.get(result.request.key) if self.pool else None
+            stored = self.pool is None or result.request.key not in self.pool.unstored
+            yield Outcome(result.request, result.status, result, node, stored=stored)
+        if self.error is not None:
+            raise self.error
+
+
+class _Sweep:
+    """One sweep's state: models, plan, queue, pool; ``run_sweep`` drives it."""
+
+    def __init__(self, options: SweepOptions, settings: Settings, progress: Progress) -> None:
+        from cache.store import Store
+
+        self.options, self.settings, self.progress = options, settings, progress
+        self.started = time.perf_counter()
+        self.device = _device(settings)
+        self.report = SweepReport(sweep_id=uuid.uuid4().hex[:12], env=None, device=self.device,
+                                  dry_run=options.dry_run)
+        self.store = Store(settings.cache, read_only=settings.read_only)
+        self.plan = PlanStream(force=options.force)
+        self.cached_keys: dict[str, set[str]] = {}
+        self.kwargs = _capture_kwargs(options, settings, self.device)
+        self.local = _captures_here(self.device)
+        self.queue: SweepQueue | None = None
+        self.starter: PoolStarter | None = None
+        self.dispatcher: _Dispatcher | None = None
+        self.pointwise: PointwisePass | None = None
+
+    # ------------------------------------------------------------------ capture
+
+    def load(self) -> list[ModelFile]:
+        """Every model file, before any Ray start: bad input fails here (exit 2)."""
+        models = [_load(path, self.options, self.local) for path in self.options.model_paths]
+        if not self.options.dry_run:
+            from workers.cluster import check_address
+
+            check_address(self.settings.address)  # a wrong --address fails in seconds, before capture
+        return models
+
+    def start_tuning(self) -> None:
+        """The queue, and (capturing here) the pool and its feeder, started before capture
+        so that Ray's, the actors' and the children's start-up overlap it."""
+        from .queue import SweepQueue
+
+        leases = None if self.settings.read_only else self.store.leases(seconds=self.settings.lease_seconds)
+        self.queue = SweepQueue(leases, hold_until_closed=self.device != "cuda")
+        if self.local and self.options.model_paths:
+            self.ensure_pool()
+
+    def ensure_pool(self) -> None:
+        if self.dispatcher is None:
+            assert self.queue is not None
+            self.starter = _start_pool(self.store, self.device, self.settings, self.started)
+            self.dispatcher = _Dispatcher(self.starter, self.queue)
+
+    def capture(self, models: list[ModelFile]) -> None:
+        for model in models:
+            entry = ModelCapture(str(model.path))
+            self.report.models.append(entry)
+            self.progress.stage(f"capturing {model.path} ({self.settings.mode}, {self.device})")
+
+            def found(request: TuningRequest, env: Environment | None, model: ModelFile = model,
+                      entry: ModelCapture = entry) -> None:
+                overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+                entry.new += self._found(request, env, overrides)
+
+            if self.local:
+                captured = capture_model(model, on_request=found, **self.kwargs)
+            else:
+                captured = _remote_capture(str(model.path), self.options, self.settings, self.kwargs)
+                for request in captured.requests:
+                    entry.new += self._found(request, captured.env, captured.config_overrides)
+            self.report.env = self.report.env or captured.env
+            entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
+                                                            captured.seconds)
+            self.report.capture_seconds += captured.seconds
+
+    def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
+        """Plan one request as capture finds it: cached, queued (streamed to workers), or
+        planned (dry run). 1 if it is new to this sweep."""
+        from workers.jobs import TuneJob
+
+        env_key = env.key if env else ""
+        if env is not None and env_key not in self.cached_keys:
+            self.cached_keys[env_key] = self.store.cached_request_keys(env)
+        decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
+        if decision is None:
+            return 0
+        if decision == CACHED:
+            self.report.outcomes.append(Outcome(request, STATUS_CACHED))
+        elif self.queue is None:
+            self.report.outcomes.append(Outcome(request, "planned"))
         else:
-            starter = starter or _start_pool(store, device, settings, started, len(jobs))
-            if captured is not None and _wants_pointwise(captured, settings, device):
-                pointwise = _pointwise_process(captured, options, settings, device)
-            _tune(jobs, starter, device, settings, progress, report)
+            self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
+                                   self.report.sweep_id))
+        return 1
+
+    def plan_misses(self) -> None:
+        """A dry run with --misses: the logged misses join the plan."""
+        for job in _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id):
+            if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
+                self.report.outcomes.append(Outcome(job.request, "planned"))
+
+    # ------------------------------------------------------------------ tuning
+
+    def tune(self, models: list[ModelFile]) -> None:
+        assert self.queue is not None
+        if self.options.misses:
+            for job in _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id):
+                if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
+                    self.queue.put(job)
+        self.queue.close()
+        if len(self.queue) == 0:
+            return
+        self.ensure_pool()
+        if _wants_pointwise(self.local, self.settings, self.device):
+            self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs)
+        assert self.dispatcher is not None and self.starter is not None
+        where = f" at {self.settings.address}" if self.settings.address else " locally"
+        self.progress.stage(f"tuning {len(self.queue)} request(s) on Ray{where}")
+        pool = self.starter.pool()  # waits for the start if it is still going; raises its WorkerError
+        kind = "GPU" if self.device == "cuda" else "CPU"
+        self.progress.start(len(self.queue), f"tuning on {max(1, min(len(pool.slots), len(self.queue)))} "
+                                             f"{kind} worker(s)")
+        for outcome in self.dispatcher.outcomes():
+            self.report.outcomes.append(outcome)
+            self.progress.advance(outcome)
+        began = self.dispatcher.began or time.perf_counter()
+        self.report.tuning_seconds = time.perf_counter() - began
+        self.report.startup_seconds = self.starter.ready_seconds or 0.0
+        self.report.requeued = self.dispatcher.pool.requeued if self.dispatcher.pool else 0
+        self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE) for job in self.queue.elsewhere]
+        self.report.store_error = self.dispatcher.pool.store_error if self.dispatcher.pool else None
+        if self.report.store_error is not None:
+            # Stopped at the first result the cache refused: what was not started stays to do.
+            self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN) for job in self.queue.left()]
+
+    def close(self) -> None:
+        if self.queue is not None:
+            self.queue.close()
+            self.queue.stop()
+        if self.starter is not None:  # also when nothing is left to tune: the early pool goes unused
+            self.starter.close()
+
+
+def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | None = None) -> SweepReport:
+    """Capture every model, plan the union, tune the rest on Ray, store each result.
+
+    Raises on bad input (ModelFileError) and on a Ray that cannot be reached (WorkerError) only.
+    """
+    sweep = _Sweep(options, settings, progress or _Silent())
+    models = sweep.load()
+    try:
+        if not options.dry_run:
+            sweep.start_tuning()
+        sweep.capture(models)
+        if not options.dry_run:
+            sweep.tune(models)
+        elif options.misses:
+            sweep.plan_misses()
+        if sweep.pointwise is None and not options.dry_run and _publishes(sweep.local, settings) and models:
+            sweep.pointwise = _pointwise_pass(models, options, settings, sweep.device, sweep.kwargs)  # artifacts
     except BaseException:
-        if pointwise is not None:
-            pointwise.close()
+        if sweep.pointwise is not None:
+            sweep.pointwise.close()
         raise
     finally:
-        if starter is not None:  # also when nothing is left to tune: the early pool goes unused
-            starter.close()
-    if pointwise is not None and report.store_error is not None:
-        pointwise.close()  # it would write to a cache that refuses writes
-        pointwise = None
-    if pointwise is not None:
-        what = "tuning pointwise/reduction kernels" if device == "cuda" else "compiling the model end to end"
+        sweep.close()
+    report = sweep.report
+    if sweep.pointwise is not None and report.store_error is not None:
+        sweep.pointwise.close()  # it would write to a cache that refuses writes
+        sweep.pointwise = None
+    if sweep.pointwise is not None:
+        what = "tuning pointwise/reduction kernels" if sweep.device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
-        progress.stage(f"{what}{signed} (one compile and run with the new winners)")
-        report.pointwise = pointwise.run(settings.request_timeout)
-    report.wall_seconds = time.perf_counter() - started
+        sweep.progress.stage(f"{what}{signed} (one compile and run with the new winners)")
+        report.pointwise = sweep.pointwise.run(settings.request_timeout)
+    report.wall_seconds = time.perf_counter() - sweep.started
     return report
 
 
-def _pointwise_process(captured: _Captured, options: SweepOptions, settings: Settings,
-                       device: str) -> PointwiseProcess:
-    kwargs = captured.kwargs
-    spec = PointwiseSpec(str(options.model_path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
-                         kwargs["inductor_config"], kwargs["train"], settings.cache, device,
-                         signing_key=settings.signing_key)
-    return PointwiseProcess(spec)
+def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
+                    kwargs: dict[str, Any]) -> PointwisePass:
+    specs = [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
+                           kwargs["inductor_config"], kwargs["train"], settings.cache, device,
+                           signing_key=settings.signing_key) for model in models]
+    return PointwisePass(specs, _local_gpus(settings, device))
 
 
-def _wants_pointwise(captured: _Captured, settings: Settings, device: str) -> bool:
+def _local_gpus(settings: Settings, device: str) -> int:
+    """GPUs the pointwise pass may spread over: this host's, at most --gpus."""
+    if device != "cuda":
+        return 1
+    import torch
+
+    count = torch.cuda.device_count()
+    return max(1, min(count, settings.gpus or count))
+
+
+def _wants_pointwise(local: bool, settings: Settings, device: str) -> bool:
     """The end-to-end pass, when there are GEMMs to tune: GPUs tune pointwise kernels
     in it, and with a signing key it publishes the compiled artifacts (CPU too). A
     host without the device (remote capture) cannot run the model."""
     tunes_pointwise = device == "cuda" and settings.kernel_configs
-    return (tunes_pointwise or _publishes(captured, settings)) and captured.local and not settings.read_only
+    return (tunes_pointwise or _publishes(local, settings)) and local and not settings.read_only
 
 
-def _publishes(captured: _Captured, settings: Settings) -> bool:
+def _publishes(local: bool, settings: Settings) -> bool:
     """A signing key asks for the artifacts even when every GEMM was cached already:
     what is stored stays (written once), what is missing is published."""
-    return bool(settings.signing_key and settings.artifacts) and captured.local and not settings.read_only
-
-
-def _tune(jobs: list[Any], starter: PoolStarter, device: str, settings: Settings, progress: Progress,
-          report: SweepReport) -> None:
-    progress.stage("starting Ray" + (f" at {settings.address}" if settings.address else " locally"))
-    pool = starter.pool()  # waits for the start if it is still going; raises its WorkerError
-    # The pool was sized before the job count was known; the extra actors just stay idle.
-    actors = max(1, min(len(pool.slots), len(jobs)))
-    progress.start(len(jobs), f"tuning on {actors} {'GPU' if device == 'cuda' else 'CPU'} worker(s)")
-    tuning_began = time.perf_counter()
-    done: set[str] = set()
-    for result in pool.run(jobs):
-        outcome = Outcome(result.request, result.status, result, stored=result.request.key not in pool.unstored)
-        report.outcomes.append(outcome)
-        done.add(result.request.key)
-        progress.advance(outcome)
-    report.tuning_seconds = time.perf_counter() - tuning_began
-    report.store_error = pool.store_error
-    if pool.store_error is not None:
-        # Stopped at the first result the cache refused: what was not started stays to do.
-        report.outcomes += [Outcome(j.request, STATUS_NOT_RUN) for j in jobs if j.request.key not in done]
-    report.startup_seconds = starter.ready_seconds or 0.0
+    return bool(settings.signing_key and settings.artifacts) and local and not settings.read_only

@@ -18,9 +18,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotune.capture import CAPTURE_CONFIG, CapturePolicy, fresh_inductor, _run_once  # noqa: E402
-from autotune.inductor import choice_hash, installed  # noqa: E402
-from autotune.modelfile import load_model_file  # noqa: E402
+from inductor_glue.capture import CAPTURE_CONFIG, CapturePolicy, fresh_inductor, _run_once  # noqa: E402
+from inductor_glue.inductor import choice_hash, installed  # noqa: E402
+from inductor_glue.modelfile import load_model_file  # noqa: E402
 from workers.reproduce import one_op_graph  # noqa: E402
 
 

@@ -211,9 +211,29 @@ class ArtifactRow(Base):
     created_at: Mapped[datetime]
 
 
+class LeaseRow(Base):
+    """Who tunes a request right now: one row per (environment, request), claimed by
+    one sweep at a time and kept after release (``released_at``), so that a sweep
+    that waited on it can tell "done since I started" from "failed long ago".
+    The logic lives in ``cache/leases.py``.
+    """
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_holder", "holder"),)
+
+    env_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    request_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))  # host:pid:uuid of the sweep
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]  # renewed by the holder's heartbeat
+    released_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(String(32))  # the result's status, at release
+
+
 environments = EnvironmentRow.__table__
 requests = RequestRow.__table__
 candidates = CandidateRow.__table__
 misses = MissRow.__table__
 kernel_configs = KernelConfigRow.__table__
 artifacts = ArtifactRow.__table__
+leases = LeaseRow.__table__

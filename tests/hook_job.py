@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from torch._inductor import select_algorithm  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune.inductor import benchmark_count  # noqa: E402
+from inductor_glue.inductor import benchmark_count  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 import tiny_mlp  # noqa: E402

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.capture import capture_file
-from autotune.inductor import benchmark_count
-from autotune.modelfile import ModelFileError, load_model_file, parse_config_overrides
+from inductor_glue.capture import capture_file
+from inductor_glue.inductor import benchmark_count
+from inductor_glue.modelfile import ModelFileError, load_model_file, parse_config_overrides
 
 MODELS = Path(__file__).parent / "models"
 TINY = str(MODELS / "tiny_mlp.py")

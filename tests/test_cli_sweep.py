@@ -68,3 +68,15 @@ def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) 
     assert proc.returncode == 3, proc.stderr[-2000:]  # the script's own exit status
     assert "args ['--epochs', '3']" in proc.stdout
     assert "autotune: hits=0 misses=2 written=0 errors=0" in proc.stderr  # on_miss came from the environment
+
+
+def test_a_wrong_address_fails_in_seconds_with_one_line(sqlite_url: str) -> None:
+    import time
+
+    began = time.monotonic()
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--address", "127.0.0.1:1",
+                                       "--cache", sqlite_url, "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "no Ray cluster at 127.0.0.1:1" in lines[0] and "ray start --head" in lines[0]
+    assert time.monotonic() - began < 30

@@ -94,3 +94,15 @@ def test_actors_handle_jobs_without_importing_torch() -> None:
     code = "import sys, workers.jobs, workers.actor, workers.pool; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url: str, tmp_path: Path) -> None:
+    """A dry run (the tuning itself is the one-model path; the cluster tests run it for real)."""
+    twin = tmp_path / "twin_mlp.py"  # the same layers under another file: every request a duplicate
+    twin.write_text(Path(TINY).read_text())
+    options = SweepOptions(TINY, more_models=(str(twin), TINY), dry_run=True)
+    report = run_sweep(options, Settings.from_env(cache=sqlite_url, device="cpu"))
+    assert [Path(m.path).name for m in report.models] == ["tiny_mlp.py", "twin_mlp.py"]
+    assert (report.captured, report.found, report.count("planned")) == (4, 2, 2), _debug(report)
+    assert [m.new for m in report.models] == [2, 0]
+    assert report.to_json()["totals"]["deduplicated"] == 2

@@ -11,28 +11,11 @@ resumes where it stopped.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
+from .faults import FAULT_ENV, inject_fault  # noqa: F401  (their old home; tests import them here)
+
 log = logging.getLogger(__name__)
-
-# Fault injection for tests of the failure path: "crash:KEY" makes the process
-# die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
-# sleep past any timeout. Set in the driver's environment; the pool passes it on.
-FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
-
-
-def inject_fault(request_key: str) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    kind, _, target = spec.partition(":")
-    if not spec or not target or not request_key.startswith(target):
-        return
-    if kind == "crash":
-        os._exit(17)
-    if kind == "hang":
-        import time
-
-        time.sleep(3600)
 
 
 class TuningWorker:
@@ -54,11 +37,12 @@ class TuningWorker:
         from .child import ChildDied
 
         self._open_store()
+        node = _node_id()
         try:
-            return {"ok": True, "seconds": self.child.warm(self.device)}
+            return {"ok": True, "seconds": self.child.warm(self.device), "node": node}
         except ChildDied as died:
             log.warning("warming the tuning process failed: %s", died)
-            return {"ok": False, "error": str(died)}
+            return {"ok": False, "error": str(died), "node": node}
 
     def _open_store(self) -> None:
         """Connect and check the schema now, while the sweep captures, not at the first write."""
@@ -105,12 +89,22 @@ def store_result(store: Any, result: Any) -> str | None:
     return None
 
 
+def _node_id() -> str | None:
+    """The Ray node this actor runs on (None outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None
+
+
 def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Capture on a Ray worker that has the target device (the sweep host may not)."""
     import tempfile
     from pathlib import Path
 
-    from autotune.capture import capture_file
+    from inductor_glue.capture import capture_file
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / model_name

@@ -126,8 +126,8 @@ def warm_up(device: str) -> float:
     try:
         import torch
 
-        from autotune.capture import fresh_inductor
-        from autotune.env import pin_triton_toolchain
+        from inductor_glue.capture import fresh_inductor
+        from inductor_glue.env import pin_triton_toolchain
 
         pin_triton_toolchain()
         if device == "cuda":
@@ -142,7 +142,7 @@ def warm_up(device: str) -> float:
 
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
-    from .actor import inject_fault
+    from .faults import inject_fault
     from .jobs import TuneJob
     from .tune import tune_request
 

@@ -3,8 +3,10 @@
 Like kernel_tuner's parallel runner: one actor per GPU (``num_gpus=1``, so each
 sees its GPU as device 0), or ``workers`` actors on CPU. Each actor holds one job
 at a time. A job that crashes or hangs its tuning child comes back from the actor
-as a failed result; should the actor itself die or stop answering, the driver
-records the job as failed and Ray restarts the actor for the next one.
+as a failed result. Should the actor itself die (its node lost), the job goes back
+to the queue for another actor (at most MAX_JOB_RETRIES times), and Ray restarts
+the actor wherever there is room; one that stops answering is killed after the
+timeout and its job recorded as failed.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cache.records import TuningResult
 
-from .actor import FAULT_ENV, STORE_ERROR_KEY, TuningWorker, store_result
+from .actor import STORE_ERROR_KEY, TuningWorker, store_result
+from .cluster import check_address
 from .errors import WorkerError
+from .faults import FAULT_ENV
 from .jobs import TuneJob, failed_result
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,7 @@ def start_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
+    check_address(address or os.environ.get("RAY_ADDRESS"))  # seconds, not minutes, for a wrong one
     try:
         ray.init(
             address=address,
@@ -43,7 +48,8 @@ def start_ray(address: str | None) -> bool:
         )
     except Exception as exc:
         where = address or "a local Ray instance"
-        raise WorkerError(f"could not start or join Ray at {where} ({exc}); check --address / RAY_ADDRESS") from exc
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise WorkerError(f"could not start or join Ray at {where} ({first}); check --address / RAY_ADDRESS") from exc
     return True
 
 
@@ -53,16 +59,64 @@ def gpu_count() -> int:
     return int(ray.cluster_resources().get("GPU", 0))
 
 
+class JobSource(Protocol):
+    """Where the pool takes jobs from: a plain list, or the sweep's queue (which streams
+    jobs in while capture runs and leases each one before it is handed out)."""
+
+    def take(self) -> TuneJob | None:
+        """A job to start now, or None when none is ready right now."""
+
+    def exhausted(self) -> bool:
+        """True once no job will ever come again (``take`` returned the last one)."""
+
+    def finished(self, job: TuneJob, result: TuningResult) -> None:
+        """The job's result is stored (or its failure recorded)."""
+
+    def retry(self, job: TuneJob) -> None:
+        """The job's actor was lost (its node died): start it again elsewhere."""
+
+
+class ListSource:
+    """A fixed list of jobs, in order."""
+
+    def __init__(self, jobs: list[TuneJob]) -> None:
+        self._jobs = list(reversed(jobs))
+
+    def take(self) -> TuneJob | None:
+        return self._jobs.pop() if self._jobs else None
+
+    def exhausted(self) -> bool:
+        return not self._jobs
+
+    def finished(self, job: TuneJob, result: TuningResult) -> None:
+        pass
+
+    def retry(self, job: TuneJob) -> None:
+        self._jobs.append(job)
+
+
 @dataclass
 class _Slot:
     actor: Any
     job: TuneJob | None = None
     ref: Any = None
     started: float = 0.0
+    warm_ref: Any = None  # set while the actor starts (or restarts) and warms its child
+    node: str | None = None  # the Ray node the actor runs on, from its warm-up
+
+
+# A job whose actor dies (its node lost) is started again this many times, then failed.
+MAX_JOB_RETRIES = 2
 
 
 class TuningPool:
-    """A set of actors that tune jobs; results come back in completion order."""
+    """A set of actors that tune jobs; results come back in completion order.
+
+    A job goes only to an actor that is warm, so jobs that stream in early never
+    queue behind one slow start while another actor is idle. An actor that dies
+    (its node was lost) gives its job back to the source to run elsewhere, and is
+    warmed again once Ray has restarted it, wherever there is room.
+    """
 
     def __init__(self, store: Any | None, device: str, actors: int, timeout: float) -> None:
         import ray
@@ -84,15 +138,18 @@ class TuningPool:
         self.store = store
         # The actor's child enforces the per-request timeout; the driver's is a backstop.
         self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
-        self._warming: list[Any] = []
+        self.placements: dict[str, str | None] = {}  # request key -> node id of the actor that tuned it
+        self._attempts: dict[str, int] = {}
+        self.requeued = 0  # jobs given back after their actor was lost
         # The first error storing a result (the store already retried what a retry
         # fixes): no further job is started, and results not stored are counted.
         self.store_error: str | None = None
         self.unstored: set[str] = set()  # request keys of results that were not stored
 
     def warm(self) -> None:
-        """Have every actor start and warm its child now; jobs sent later queue behind it."""
-        self._warming = [slot.actor.warm.remote() for slot in self.slots]
+        """Have every actor start and warm its child now."""
+        for slot in self.slots:
+            slot.warm_ref = slot.actor.warm.remote()
 
     def wait_warm(self, stop: threading.Event) -> bool:
         """Block until every child is warm (True), or until ``stop`` is set (False).
@@ -101,35 +158,85 @@ class TuningPool:
         """
         import ray
 
-        pending = self._warming
+        pending = [slot.warm_ref for slot in self.slots if slot.warm_ref is not None]
         while pending and not stop.is_set():
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25)
         return not stop.is_set()
 
-    def run(self, jobs: list[TuneJob]) -> Iterator[TuningResult]:
+    def run(self, jobs: list[TuneJob] | JobSource) -> Iterator[TuningResult]:
         """Yield one result per job, as each finishes."""
         import ray
 
-        queue = list(reversed(jobs))
-        while queue or any(slot.ref is not None for slot in self.slots):
-            if self.store_error is not None:
-                queue.clear()  # results could not be kept: tuning more would be lost work
-            for slot in self.slots:
-                if slot.ref is None and queue:
-                    slot.job = queue.pop()
-                    slot.ref = slot.actor.tune.remote(slot.job.to_json())
-                    slot.started = time.monotonic()
+        source = ListSource(jobs) if isinstance(jobs, list) else jobs
+        last_live = time.monotonic()  # when some actor was last up (not starting or restarting)
+        while self._more(source) or any(slot.ref is not None for slot in self.slots):
+            self._dispatch(source)
             busy = [slot.ref for slot in self.slots if slot.ref is not None]
-            ready, _ = ray.wait(busy, num_returns=1, timeout=1.0)
+            warming = [slot.warm_ref for slot in self.slots if slot.warm_ref is not None]
+            if len(warming) < len(self.slots):
+                last_live = time.monotonic()
+            elif time.monotonic() - last_live > self.timeout + 120:
+                yield from self._abandon(source)
+                return
+            if not busy and not warming:
+                time.sleep(0.1)  # jobs are still being captured, or leased by another sweep
+                continue
+            ready, _ = ray.wait(busy + warming, num_returns=1, timeout=0.5)
             for slot in self.slots:
-                if slot.ref is None:
+                if slot.warm_ref is not None and slot.warm_ref in ready:
+                    self._warmed(slot)
+                job = slot.job
+                if slot.ref is None or job is None:
                     continue
                 if slot.ref in ready:
-                    yield self._collect(slot)
+                    result = self._collect(slot, source)
                 elif time.monotonic() - slot.started > self.timeout + 120:
-                    yield self._expire(slot)
+                    result = self._expire(slot)
+                else:
+                    continue
+                if result is not None:
+                    source.finished(job, result)
+                    yield result
 
-    def _collect(self, slot: _Slot) -> TuningResult:
+    def _abandon(self, source: JobSource) -> Iterator[TuningResult]:
+        """No actor came back for a long time (every node lost): fail what is left."""
+        log.error("no Ray worker has been up for %.0f s; failing the remaining requests", self.timeout + 120)
+        while (job := source.take()) is not None:
+            result = failed_result(job, "no Ray worker left in the cluster", "crash", 0.0)
+            self._store_failure(result)
+            source.finished(job, result)
+            yield result
+
+    def _more(self, source: JobSource) -> bool:
+        """Jobs left to start. None once the cache refused a result: tuning more would be
+        lost work (the sweep reports what was left as not run)."""
+        return self.store_error is None and not source.exhausted()
+
+    def _dispatch(self, source: JobSource) -> None:
+        if self.store_error is not None:
+            return
+        for slot in self.slots:
+            if slot.ref is None and slot.warm_ref is None:
+                job = source.take()
+                if job is None:
+                    return
+                slot.job = job
+                slot.ref = slot.actor.tune.remote(job.to_json())
+                slot.started = time.monotonic()
+
+    def _warmed(self, slot: _Slot) -> None:
+        import ray
+
+        ref, slot.warm_ref = slot.warm_ref, None
+        try:
+            slot.node = (ray.get(ref) or {}).get("node")
+        except ray.exceptions.RayActorError:  # died while (re)starting: warm again once Ray restarts it
+            slot.warm_ref = slot.actor.warm.remote()
+        except Exception:  # a failed warm-up is not fatal: the first job starts cold
+            log.debug("warming an actor failed", exc_info=True)
+
+    def _collect(self, slot: _Slot, source: JobSource) -> TuningResult | None:
+        """The finished job's result; None when the job went back to the source."""
         import ray
 
         job, ref, seconds = slot.job, slot.ref, time.monotonic() - slot.started
@@ -139,10 +246,19 @@ class TuningPool:
             reply = ray.get(ref)
             error = reply.pop(STORE_ERROR_KEY, None)
             result = TuningResult.from_json(reply)
+            self.placements[job.request.key] = slot.node
             if error is not None:
                 self._not_stored(result, error)
             return result
         except ray.exceptions.RayActorError as exc:
+            attempts = self._attempts.get(job.request.key, 0) + 1
+            self._attempts[job.request.key] = attempts
+            slot.warm_ref = slot.actor.warm.remote()  # queued until Ray restarts it somewhere
+            if attempts <= MAX_JOB_RETRIES:
+                log.warning("the worker tuning %s was lost (%s); re-queued", job.request.op, type(exc).__name__)
+                source.retry(job)
+                self.requeued += 1
+                return None
             result = failed_result(job, f"the tuning process died ({type(exc).__name__})", "crash", seconds)
         except Exception as exc:
             result = failed_result(job, f"{type(exc).__name__}: {exc}"[:2000], "crash", seconds)
@@ -157,6 +273,7 @@ class TuningPool:
         # Killing with restart gives the next job a fresh process; the hung task errors out.
         ray.kill(slot.actor, no_restart=False)
         slot.job, slot.ref = None, None
+        slot.warm_ref = slot.actor.warm.remote()  # the restarted actor takes jobs once warm
         result = failed_result(job, f"no result after {self.timeout:.0f} s", "timeout", seconds)
         self._store_failure(result)
         return result

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
-from autotune.inductor import (
+from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
     Timings,
@@ -85,7 +85,7 @@ class TunePolicy:
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
     ) -> Timings:
-        from autotune.env import current_environment
+        from inductor_glue.env import current_environment
 
         if self.env is None:
             self.env = current_environment(self.device)
@@ -199,7 +199,7 @@ def _with_every_candidate(request: TuningRequest, candidates: list[CandidateResu
 
 def _match_threads(job: TuneJob) -> None:
     """Use the capture's CPU thread count (Ray caps actors at num_cpus threads)."""
-    from autotune.env import cpu_threads
+    from inductor_glue.env import cpu_threads
 
     threads = cpu_threads(job.expected_env) if job.expected_env else None
     if job.device == "cpu" and threads:
@@ -210,7 +210,7 @@ def _match_threads(job: TuneJob) -> None:
 
 def tune_request(job: TuneJob) -> TuningResult:
     """Tune ``job.request`` here; failures come back as a result, never raised."""
-    from autotune.env import current_environment, pin_triton_toolchain
+    from inductor_glue.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()
     pin_triton_toolchain()

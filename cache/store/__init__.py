@@ -13,10 +13,13 @@ composes the mixins, each a module here:
 - ``_envs``: environment ids; ``_results``: requests and results, the hot lookup
 - ``_kernel_configs``, ``_misses``, ``_artifacts``: one table (or tier) each
 - ``_maintenance``: stats, prune, JSON Lines export and import
+- ``leases()``: the sweeps' leases on requests (``cache/leases.py``)
 - ``_rows``: rows <-> records
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from cache.store._connection import WRITE_RETRY_S, StoreBase
 from cache.store._engine import SQLITE_BUSY_TIMEOUT_S
@@ -24,6 +27,9 @@ from cache.store._maintenance import ExportReport, ImportReport, MaintenanceMixi
 from cache.store._migration import MIGRATION_WAIT_S, MigrationMixin
 from cache.store._misses import MissesMixin
 from cache.store._results import _PG_LOOKUP
+
+if TYPE_CHECKING:
+    from cache.leases import Leases
 
 __all__ = [
     "MIGRATION_WAIT_S",
@@ -42,3 +48,9 @@ class Store(MaintenanceMixin, MissesMixin, MigrationMixin, StoreBase):
     Picklable (Ray ships it to workers): only the configuration travels and the
     engine is recreated lazily in the receiving process.
     """
+
+    def leases(self, holder: str | None = None, seconds: float = 60.0) -> Leases:
+        """Leases of one sweep (``holder``) on this database's requests; see cache/leases.py."""
+        from cache.leases import Leases, new_holder_id
+
+        return Leases(self, holder or new_holder_id(), seconds)

@@ -1,0 +1,265 @@
+"""Dry-run enumeration: every GEMM/conv autotune request a compile will make.
+
+The model is compiled once per batch size with the real mode and config, but
+every autotune lookup is answered with made-up timings (ATen fastest), so no
+candidate is compiled or benchmarked. What the lookups saw is the request list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from cache.records import Environment, TuningRequest
+
+from .inductor import Benchmark, ObservedRequest, Timings, installed
+from .modelfile import ModelFile, ModelFileError, load_model_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CaptureResult:
+    env: Environment | None
+    requests: list[TuningRequest]
+    config_overrides: dict[str, Any]
+    mode: str
+    device: str
+    seconds: float
+    total_lookups: int = 0  # before dedupe, over every batch size and graph
+
+
+@dataclass
+class CapturePolicy:
+    """Record each request, answer with made-up timings so nothing is compiled."""
+
+    device: str
+    seen: dict[str, ObservedRequest] = field(default_factory=dict)
+    env: Environment | None = None
+    lookups: int = 0
+    families: set[str] = field(default_factory=set)
+    # Called once per new request, while the compile goes on: the sweep streams it to workers.
+    on_request: Callable[[TuningRequest, Environment | None], None] | None = None
+
+    def allow_template(self, pin: Any) -> bool:
+        """Render one Triton config per template and request, not all of them.
+
+        Rendering every config was most of a capture's time (ResNet-18 on an H200:
+        29 s). One is enough: the request still reaches the selector with several
+        choices, and its hash is still checked against the worker's, which renders
+        them all. Which configs exist is the worker's business.
+        """
+        if pin.family in self.families:
+            return False
+        self.families.add(pin.family)
+        return True
+
+    def lookup(
+        self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
+    ) -> Timings:
+        from torch._inductor import select_algorithm as sa
+
+        from .env import current_environment
+
+        if self.env is None:
+            # Config is patched by torch.compile's mode only during the compile: read it here.
+            self.env = current_environment(self.device)
+        if benchmark is not None:
+            self.lookups += 1
+        found = request.to_request()
+        merged = self.seen.setdefault(found.key, request)
+        if merged is request and self.on_request is not None:
+            self.on_request(found, self.env)
+        elif merged is not request:
+            known = {c.hash_key() for c in merged.offered}
+            merged.offered.extend(c for c in request.offered if c.hash_key() not in known)
+        aten = [c for c in choices if isinstance(c, sa.ExternKernelCaller)]
+        fastest = aten[0] if aten else choices[0]
+        return {c: (0.001 if c is fastest else 1.0) for c in choices}
+
+
+@contextlib.contextmanager
+def fresh_inductor(config_overrides: dict[str, Any]) -> Iterator[None]:
+    """Fresh Dynamo/Inductor state and cache dirs, with the given config applied."""
+    import torch
+    from torch._inductor import config
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    with fresh_cache(), config.patch(config_overrides):
+        try:
+            yield
+        finally:
+            torch._dynamo.reset()
+
+
+def _to_device(value: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    return value
+
+
+def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str) -> None:
+    import torch
+
+    if isinstance(module, torch.nn.Module):
+        module = module.to(device)
+        module.train(train)
+    inputs = tuple(_to_device(x, device) for x in inputs)
+    compiled = torch.compile(module, mode=mode)
+    if not train:
+        with torch.no_grad():
+            compiled(*inputs)
+        return
+    out = compiled(*inputs)
+    outputs = out if isinstance(out, (tuple, list)) else (out,)
+    loss = sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad)
+    if isinstance(loss, torch.Tensor):
+        loss.backward()
+
+
+@contextlib.contextmanager
+def no_runtime_tuning() -> Iterator[None]:
+    """Run generated pointwise/reduction kernels with their first config, untuned.
+
+    Capture and the workers compile a graph to see its GEMM/conv requests and
+    run it once for a result, but have no use for tuned pointwise kernels; under
+    max-autotune Inductor tunes each at its first run, which was ~10 s of
+    ResNet-18's capture on an H200. Only run-time behaviour changes: no config
+    and no kernel source (so no key or hash) does.
+    """
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # no Triton: nothing is tuned at run time
+        yield
+        return
+    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
+
+    def first_config(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.launchers = self.launchers[:1]
+
+    def keep(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        return launcher
+
+    CachingAutotuner.autotune_to_one_config = first_config
+    CachingAutotuner.coordinate_descent_tuning = keep
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(CachingAutotuner, name, method)
+
+
+def kernel_owner(kernel_id: str, count: int) -> int:
+    """Which of ``count`` shards tunes this kernel: the same answer in every process."""
+    return int(hashlib.sha1(kernel_id.encode()).hexdigest(), 16) % max(1, count)
+
+
+def _kernel_id(autotuner: Any) -> str:
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    source = getattr(getattr(autotuner, "fn", None), "src", "") or ""
+    return f"{meta.get('kernel_name', '')}:{hashlib.sha1(source.encode()).hexdigest()}"
+
+
+@contextlib.contextmanager
+def tune_only_shard(rank: int, count: int) -> Iterator[None]:
+    """Tune at first run only the pointwise/reduction kernels of shard ``rank`` of ``count``.
+
+    The sweep's pointwise pass runs one process per GPU over the same model; each
+    compiles every kernel (the same source, so the same ids) but tunes only its
+    share, and the others run with their first config untuned and store nothing.
+    """
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        yield
+        return
+    if count <= 1:
+        yield
+        return
+    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
+    tune_one, descend = saved["autotune_to_one_config"], saved["coordinate_descent_tuning"]
+
+    def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kernel_owner(_kernel_id(self), count) == rank:
+            return tune_one(self, *args, **kwargs)
+        self.launchers = self.launchers[:1]
+        return None
+
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if kernel_owner(_kernel_id(self), count) == rank:
+            return descend(self, launcher, *args, **kwargs)
+        return launcher
+
+    CachingAutotuner.autotune_to_one_config = autotune_to_one_config
+    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(CachingAutotuner, name, method)
+
+
+# Epilogue-fusion benchmarking happens in the scheduler, outside lookup; it is
+# off during capture and tuning (it changes no choice hash).
+CAPTURE_CONFIG = {"benchmark_epilogue_fusion": False}
+
+
+def capture_model(
+    model: ModelFile,
+    *,
+    batch_sizes: tuple[int | None, ...] = (None,),
+    mode: str = "max-autotune",
+    inductor_config: dict[str, Any] | None = None,
+    train: bool = False,
+    device: str = "cpu",
+    on_request: Callable[[TuningRequest, Environment | None], None] | None = None,
+) -> CaptureResult:
+    """Compile ``model`` once per batch size in dry-run mode and list its requests.
+
+    ``on_request(request, env)`` is called for each new request as it is found,
+    while the compile goes on.
+    """
+    from .env import pin_triton_toolchain
+
+    pin_triton_toolchain()
+    policy = CapturePolicy(device=device, on_request=on_request)
+    start = time.perf_counter()
+    overrides: dict[str, Any] = {}
+    for batch_size in batch_sizes:
+        module, inputs = model.build(batch_size)  # may itself set config: read overrides after
+        overrides = {**model.config_overrides, **(inductor_config or {})}
+        log.info("capturing %s batch_size=%s mode=%s", model.path, batch_size, mode)
+        with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
+            try:
+                _run_once(module, inputs, mode, train, device)
+            except Exception as exc:  # the model's own error, or one its graph hits in Inductor
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise ModelFileError(
+                    f"{model.path}: compiling and running {model.entry}({batch_size or ''}) raised "
+                    f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"
+                ) from exc
+    requests = [observed.to_request() for observed in policy.seen.values()]
+    return CaptureResult(
+        env=policy.env,
+        requests=requests,
+        config_overrides=overrides,
+        mode=mode,
+        device=device,
+        seconds=time.perf_counter() - start,
+        total_lookups=policy.lookups,
+    )
+
+
+def capture_file(
+    path: str,
+    entry: str = "example",
+    **kwargs: Any,
+) -> CaptureResult:
+    return capture_model(load_model_file(path, entry), **kwargs)

@@ -1,0 +1,173 @@
+"""Environment keys: what must match for a stored timing to be valid here.
+
+A timing (and a Triton choice's hash) depends on the device, the software stack
+and the Inductor config values that change the candidate list or kernel source.
+Inductor's own system hash carries no device information on CPU, so the CPU
+model and vector ISA are added here.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+from typing import Any
+
+from cache.records import Environment, digest
+
+# Inductor config values that change which candidates exist or what their source
+# is (and so their hash_key), or how they are timed. Keys absent from the
+# installed torch are skipped, so the list can name keys of several releases.
+FINGERPRINT_KEYS: tuple[str, ...] = (
+    "max_autotune",
+    "max_autotune_gemm",
+    "max_autotune_gemm_backends",
+    "max_autotune_conv_backends",
+    "max_autotune_gemm_search_space",
+    "max_autotune_flex_search_space",
+    "max_autotune_allow_flexible_layouts",
+    "coordinate_descent_tuning",
+    "coordinate_descent_check_all_directions",
+    "coordinate_descent_search_radius",
+    "autotune_remote_cache",
+    "force_disable_caches",
+    "deterministic",
+    "freezing",
+    "cpp_wrapper",
+    "force_same_precision",
+    "emulate_precision_casts",
+    "search_autotune_cache",
+    "autotune_fallback_to_aten",
+    "epilogue_fusion",
+    "prologue_fusion",
+    "enable_persistent_tma_matmul",
+    "triton.enable_persistent_tma_matmul",
+    "triton.native_matmul",
+    "cpp.simdlen",
+    "cpp.weight_prepack",
+    "cpp.enable_kernel_profile",
+)
+
+_MISSING = object()
+
+
+def _config_value(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part, _MISSING)
+        if node is _MISSING:
+            return _MISSING
+    return node
+
+
+def relevant_config() -> dict[str, Any]:
+    """The fingerprinted Inductor config values as they are right now."""
+    from torch._inductor import config
+
+    values: dict[str, Any] = {}
+    for key in FINGERPRINT_KEYS:
+        value = _config_value(config, key)
+        if value is _MISSING:
+            continue
+        # Sets and other non-JSON values are stored by repr so that they stay data.
+        values[key] = value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
+    return values
+
+
+@functools.cache
+def cpu_description() -> str:
+    """CPU model name plus the vector ISA Inductor's C++ backend will use."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        isa = str(pick_vec_isa()) or "scalar"
+    except Exception:  # the ISA probe compiles C++; never fail a key on it
+        isa = "unknown-isa"
+    return f"{model} [{isa}]"
+
+
+@functools.cache
+def _static_part(device_kind: str) -> dict[str, Any]:
+    """Parts that cannot change within a process: computed once."""
+    import torch
+    from torch._inductor.codecache import CacheBase
+
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    if device_kind == "cuda":
+        device_name = torch.cuda.get_device_name(0)
+    else:
+        device_name = cpu_description()
+    return {
+        "device_kind": device_kind,
+        "device_name": device_name,
+        "torch_version": torch.__version__,
+        "triton_version": triton_version,
+        "cuda_version": torch.version.cuda,
+        "system_hash": CacheBase.get_system()["hash"],
+    }
+
+
+def current_environment(device_kind: str) -> Environment:
+    """The environment a request on ``device_kind`` is tuned or served in, now."""
+    import torch
+
+    config = relevant_config()
+    static = dict(_static_part(device_kind))
+    if device_kind == "cpu":
+        # The thread count changes C++ GEMM blocking (so the kernel source and hash)
+        # and every CPU timing.
+        static["device_name"] = f"{static['device_name']} {torch.get_num_threads()} threads"
+    return Environment(config_fingerprint=digest(config)[:32], config=config, **static)
+
+
+def kernel_config_environment(device_kind: str) -> Environment:
+    """The environment pointwise/reduction configs are filed under: device and versions only.
+
+    Their keys hash the kernel source, which already carries every Inductor flag
+    that matters; and they are saved when a kernel first runs, outside the
+    compile, where torch.compile's mode options are no longer applied.
+    """
+    return Environment(config_fingerprint="kernel-configs", config={}, **_static_part(device_kind))
+
+
+def cpu_threads(env: Environment) -> int | None:
+    """The thread count a CPU environment was recorded with."""
+    if env.device_kind != "cpu" or not env.device_name.endswith(" threads"):
+        return None
+    return int(env.device_name.rsplit(" ", 2)[-2])
+
+
+def pin_triton_toolchain() -> None:
+    """Make Triton's backend hash the same in every process: capture, workers and jobs.
+
+    Every Triton template's source embeds a backend hash that includes the ptxas
+    version. Torch points TRITON_PTXAS_PATH at its own ptxas the first time it
+    compiles a Triton kernel in a process, so a hash taken before that moment
+    differs from one taken after (seen on an H200, torch 2.11: every Triton
+    choice hash of a one-op reproduction differed from the model's). Doing what
+    torch will do anyway, up front, gives one answer everywhere.
+    """
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:  # older or newer torch without it: nothing to pin
+        return
+    _set_triton_ptxas_path()
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,288 @@
+"""The one place that touches Inductor's autotune selector.
+
+Every GEMM/conv lowering goes through the process-wide
+``select_algorithm._ALGORITHM_SELECTOR_CACHE`` and its ``lookup(choices, op,
+inputs_key, benchmark)``. ``Selector`` subclasses it and hands each lookup to a
+policy: capture (record, make up timings, compile nothing), tune (benchmark
+everything and keep every timing) or serve (answer from the SQL cache).
+
+Inductor calls ``lookup`` without the input nodes, and on GPUs it may call it
+long after ``__call__`` returned (multi-template buffers are timed in the
+scheduler). So ``__call__`` describes the request up front and files it under
+(op, inputs_key) for the lookup to find.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+from torch._inductor import select_algorithm as sa
+
+from cache.records import CandidateResult, InputLayout, TuningRequest
+
+from . import pinning
+
+log = logging.getLogger(__name__)
+
+Timings = dict[Any, float]  # ChoiceCaller -> ms
+Benchmark = Callable[[list[Any]], Timings]
+
+
+@dataclass
+class ObservedRequest:
+    """A request as seen inside Inductor, before it becomes a plain record."""
+
+    op: str
+    inputs_key: str
+    precision: str
+    inputs: tuple[InputLayout, ...]
+    params: dict[str, Any]
+    offered: list[Any] = field(default_factory=list)  # every choice Inductor offered
+
+    def to_request(self) -> TuningRequest:
+        return TuningRequest(
+            op=self.op,
+            inputs_key=self.inputs_key,
+            precision=self.precision,
+            inputs=self.inputs,
+            params=self.params,
+            choice_hashes=tuple(sorted({choice_hash(c) for c in self.offered})),
+        )
+
+
+class LookupPolicy(Protocol):
+    """Answers one lookup. ``default()`` is what Inductor itself would have done."""
+
+    def lookup(
+        self,
+        request: ObservedRequest,
+        choices: list[Any],
+        benchmark: Benchmark | None,
+        default: Callable[[], Timings],
+    ) -> Timings: ...
+
+
+def choice_hash(choice: Any) -> str:
+    return str(choice.hash_key())
+
+
+def choice_kind(choice: Any) -> str:
+    if isinstance(choice, sa.ExternKernelCaller):
+        return "aten"
+    if isinstance(choice, sa.TritonTemplateCaller):
+        return "triton"
+    backend = str(_info(choice).get("backend", "")).lower()
+    if backend in ("cpp", "cuda", "cutlass", "ck", "subgraph"):
+        return backend
+    return type(getattr(choice, "_wrapped", choice)).__name__
+
+
+def _info(choice: Any) -> dict[str, Any]:
+    try:
+        return dict(choice.info_dict())
+    except Exception:  # info_dict is logging-only in Inductor and may be partial
+        return {}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bool, int, str, type(None))):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, torch.fx.Node):
+        return {"node": value.name}
+    return repr(value)
+
+
+def choice_params(choice: Any) -> tuple[str | None, dict[str, Any]]:
+    """(template id, tunable parameters) of a choice, as plain data."""
+    params = {k: _jsonable(v) for k, v in _info(choice).items()}
+    kwargs = getattr(choice, "kwargs", None)
+    if isinstance(choice, sa.ExternKernelCaller) and kwargs:
+        params.update({f"kwarg.{k}": _jsonable(v) for k, v in kwargs.items()})
+    template_id = None
+    ktc = (getattr(choice, "annotations", None) or {}).get("ktc")
+    if ktc is not None:
+        template = getattr(ktc, "template", None)
+        template_id = getattr(template, "uid", None) or getattr(template, "name", None)
+        for key, value in (getattr(ktc, "params", None) and _ktc_params(ktc) or {}).items():
+            params.setdefault(key, _jsonable(value))
+    if template_id is None and isinstance(choice, sa.TritonTemplateCaller):
+        template_id = choice.name.rsplit("_", 1)[0]
+    params.update(pinning.pin_params(choice))
+    return (str(template_id) if template_id is not None else None), params
+
+
+def _ktc_params(ktc: Any) -> dict[str, Any]:
+    params = ktc.params
+    for attr in ("to_kwargs", "to_serializeable_dict"):
+        if hasattr(params, attr):
+            try:
+                return dict(getattr(params, attr)())
+            except Exception:
+                return {}
+    return dict(params) if isinstance(params, dict) else {}
+
+
+def describe_choice(
+    choice: Any,
+    time_ms: float | None,
+    failure_kind: str | None = None,
+    failure_message: str | None = None,
+) -> CandidateResult:
+    template_id, params = choice_params(choice)
+    failed = time_ms is None or not math.isfinite(time_ms)
+    return CandidateResult(
+        choice_hash=choice_hash(choice),
+        kind=choice_kind(choice),
+        name=str(getattr(choice, "name", type(choice).__name__)),
+        description=str(getattr(choice, "description", "") or ""),
+        template_id=template_id,
+        params=params,
+        time_ms=None if failed else float(time_ms),  # type: ignore[arg-type]
+        failure_kind=(failure_kind or "benchmark_error") if failed else None,
+        failure_message=(failure_message or "Inductor timed it as infinite (it failed to compile or run)")
+        if failed
+        else None,
+    )
+
+
+def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
+    """Layouts exactly as create_inputs_key sees them (same hints, same strides)."""
+    layouts = []
+    for node in input_nodes:
+        key = sa.AlgorithmSelectorCache.key_of(node)
+        ndim = len(node.get_size())
+        layouts.append(
+            InputLayout(
+                device=str(key[0]),
+                dtype=str(key[1]),
+                sizes=tuple(int(s) for s in key[2 : 2 + ndim]),
+                strides=tuple(int(s) for s in key[2 + ndim : 2 + 2 * ndim]),
+                offset=int(key[2 + 2 * ndim]),
+            )
+        )
+    return tuple(layouts)
+
+
+def _current_node_params() -> dict[str, Any]:
+    """The FX node being lowered: target and its non-tensor arguments."""
+    from torch._inductor.virtualized import V
+
+    node = getattr(V.graph, "current_node", None) if V.graph is not None else None
+    if node is None:
+        return {}
+    return {
+        "target": str(node.target),
+        "args": _jsonable(list(node.args)),
+        "kwargs": _jsonable(dict(node.kwargs)),
+    }
+
+
+def _aten_kwargs(choices: list[Any]) -> dict[str, Any]:
+    for choice in choices:
+        if isinstance(choice, sa.ExternKernelCaller) and choice.kwargs:
+            return {k: _jsonable(v) for k, v in choice.kwargs.items()}
+    return {}
+
+
+class Selector(sa.AlgorithmSelectorCache):
+    """Inductor's selector, with lookups answered by a policy."""
+
+    def __init__(self, policy: LookupPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], ObservedRequest] = {}
+
+    def __call__(self, name: str, choices: list[Any], input_nodes: list[Any], layout: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: E501
+        try:
+            self._describe(name, choices, input_nodes)
+        except Exception:  # describing is bookkeeping; never break a compile on it
+            log.debug("could not describe autotune request %s", name, exc_info=True)
+        return super().__call__(name, choices, input_nodes, layout, *args, **kwargs)
+
+    def _describe(self, name: str, choices: list[Any], input_nodes: list[Any]) -> None:
+        inputs_key = sa.create_inputs_key(input_nodes)
+        params = {"aten": _aten_kwargs(choices), "fx": _current_node_params()}
+        observed = ObservedRequest(
+            op=name,
+            inputs_key=inputs_key,
+            precision=torch.get_float32_matmul_precision(),
+            inputs=input_layouts(input_nodes),
+            params=params,
+        )
+        with self._lock:
+            self._pending.setdefault((name, inputs_key), observed)
+
+    def lookup(self, choices: list[Any], op: str, inputs: str, benchmark: Benchmark | None, hint_override: int | None = None) -> Timings:  # noqa: E501
+        inputs_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
+        with self._lock:
+            observed = self._pending.get((op, inputs))
+            if observed is None:  # a lowering that bypassed __call__: describe what we can
+                observed = ObservedRequest(op, inputs_key, torch.get_float32_matmul_precision(), (), {})
+                self._pending[(op, inputs)] = observed
+            known = {choice_hash(c) for c in observed.offered}
+            observed.offered.extend(c for c in choices if choice_hash(c) not in known)
+        if hint_override is not None:
+            observed = ObservedRequest(**{**observed.__dict__, "inputs_key": inputs_key})
+        def default() -> Timings:
+            return super(Selector, self).lookup(choices, op, inputs, benchmark, hint_override)
+
+        return self.policy.lookup(observed, list(choices), benchmark, default)
+
+    def cache_clear(self) -> None:
+        super().cache_clear()
+        with self._lock:
+            self._pending.clear()
+
+
+@contextlib.contextmanager
+def installed(policy: LookupPolicy) -> Iterator[Selector]:
+    """Route every autotune lookup in this process through ``policy`` while inside."""
+    selector = install(policy)
+    try:
+        yield selector
+    finally:
+        uninstall(selector)
+
+
+_previous: list[Any] = []
+
+
+def install(policy: LookupPolicy) -> Selector:
+    previous = sa._ALGORITHM_SELECTOR_CACHE
+    selector = Selector(policy)
+    if previous is not None:
+        # Keep what users registered on the selector we replace.
+        selector.feedback_saver_fns = list(previous.feedback_saver_fns)
+        selector.preprocessing_fns = list(previous.preprocessing_fns)
+    _previous.append(previous)
+    sa._ALGORITHM_SELECTOR_CACHE = selector
+    # Every policy gets pin digests on Triton choices; one that can answer from
+    # stored winners (the hook) also decides which configs are generated at all.
+    pinning.push(getattr(policy, "allow_template", None))
+    return selector
+
+
+def uninstall(selector: Selector) -> None:
+    if sa._ALGORITHM_SELECTOR_CACHE is selector and _previous:
+        sa._ALGORITHM_SELECTOR_CACHE = _previous.pop()
+        pinning.pop()
+
+
+def benchmark_count() -> int:
+    """How many times Inductor has benchmarked choices in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["select_algorithm_autotune"])

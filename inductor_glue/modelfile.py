@@ -1,0 +1,171 @@
+"""The model file contract.
+
+``MODEL.py`` defines ``example(batch_size: int | None = None)`` returning
+``(module, example_inputs_tuple)``; ``--entry NAME`` picks another function.
+The file may set ``torch._inductor.config`` options at import: those are
+recorded as overrides so that every worker applies them too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+DEFAULT_ENTRY = "example"
+
+
+class ModelFileError(Exception):
+    """The model file breaks the contract. The message is one line: problem and fix."""
+
+
+@dataclass
+class ModelFile:
+    path: Path
+    entry: str
+    factory: Callable[..., Any]
+    config_overrides: dict[str, Any]  # Inductor config the file changed at import
+
+    def build(self, batch_size: int | None) -> tuple[Any, tuple[Any, ...]]:
+        """Call the entry and check what it returns."""
+        import torch
+
+        before = _config_snapshot()
+        try:
+            result = self.factory(batch_size) if batch_size is not None else self.factory()
+        except Exception as exc:
+            raise ModelFileError(
+                f"{self.path}: {self.entry}({batch_size or ''}) raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ModelFileError(
+                f"{self.path}: {self.entry}() must return (module, example_inputs_tuple), "
+                f"got {type(result).__name__}"
+            )
+        self.config_overrides.update(_take_config_changes(before))
+        module, inputs = result
+        if not callable(module):
+            raise ModelFileError(f"{self.path}: {self.entry}() returned a module that is not callable")
+        if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (tuple, list)):
+            raise ModelFileError(
+                f"{self.path}: {self.entry}() must return the example inputs as a tuple, "
+                f"got {type(inputs).__name__}; wrap a single tensor as (x,)"
+            )
+        if not _has_tensor(inputs):
+            raise ModelFileError(
+                f"{self.path}: {self.entry}() returned example inputs with no tensor in them; "
+                "return (module, (torch.randn(...), ...)) with the inputs a real call would get"
+            )
+        return module, tuple(inputs)
+
+
+def _has_tensor(value: Any) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (tuple, list)) and any(_has_tensor(v) for v in value)
+
+
+def _config_snapshot() -> dict[str, Any]:
+    from torch._inductor import config
+
+    return dict(config.get_config_copy())
+
+
+def _jsonable_override(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str, type(None)))
+
+
+def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
+    """Import the file and find its entry; every failure is one ModelFileError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such file; pass the path of a Python file that defines {entry}()")
+    if path.suffix != ".py":
+        raise ModelFileError(f"{path}: not a Python file; pass a .py file that defines {entry}()")
+    before = _config_snapshot()
+    module_name = "autotune_model_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelFileError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise ModelFileError(
+            f"{path}: failed to import ({type(exc).__name__}: {exc}); fix the file so that "
+            f"`python {path}` runs"
+        ) from exc
+    factory = getattr(module, entry, None)
+    if factory is None or not callable(factory):
+        raise ModelFileError(
+            f"{path}: defines no function {entry}(); add `def {entry}(batch_size=None): "
+            f"return module, (inputs,)` or pass --entry NAME"
+        )
+    try:
+        inspect.signature(factory)
+    except (TypeError, ValueError):
+        pass
+    overrides = _take_config_changes(before)
+    return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides)
+
+
+def _take_config_changes(before: dict[str, Any]) -> dict[str, Any]:
+    """The Inductor config changed since ``before``, which is then restored.
+
+    Restoring keeps the driver's config clean, so loading a file twice records
+    the same overrides; capture and workers apply them explicitly.
+    """
+    from torch._inductor import config
+
+    after = _config_snapshot()
+    changed = {key: value for key, value in after.items() if before.get(key) != value}
+    for key in changed:
+        setattr(config, key, before[key])
+    return {key: value for key, value in changed.items() if _jsonable_override(value)}
+
+
+def parse_config_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to typed Inductor config values (checked against the config)."""
+    from torch._inductor import config
+
+    known = config.get_config_copy()
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ModelFileError(f"--inductor-config {pair!r}: expected KEY=VALUE, e.g. max_autotune_gemm_backends=ATEN,TRITON")
+        if key not in known:
+            raise ModelFileError(f"--inductor-config {key}: not an option of torch._inductor.config")
+        overrides[key] = _coerce(raw.strip(), known[key], key)
+    return overrides
+
+
+def _coerce(raw: str, current: Any, key: str) -> Any:
+    if isinstance(current, bool) or current is None and raw.lower() in ("true", "false"):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ModelFileError(f"--inductor-config {key}={raw}: expected a boolean")
+    if isinstance(current, int):
+        try:
+            return int(raw)
+        except ValueError as exc:
+            raise ModelFileError(f"--inductor-config {key}={raw}: expected an integer") from exc
+    if isinstance(current, float):
+        try:
+            return float(raw)
+        except ValueError as exc:
+            raise ModelFileError(f"--inductor-config {key}={raw}: expected a number") from exc
+    return raw

@@ -1,0 +1,142 @@
+"""Pinning: on a cache hit, generate only the Triton config that won.
+
+Inductor renders and loads every Triton template config of a GEMM/conv before
+it asks the selector anything; for ResNet-18 that is most of what a warm
+max-autotune compile spends beyond default mode. Rendering is what produces a
+choice's hash, so the hash cannot tell us beforehand which configs to skip.
+
+Instead every ``TritonTemplate.generate`` call is given two digests of its own
+arguments: a *family* (template, input layouts, output size and dtype: one
+request's configs of one template) and a *key* (the family plus every scalar
+argument: tile sizes, stages, warps...). The worker stores both with each
+candidate. The warm-start hook then lets a generate call through only when its
+family is unknown (a miss: Inductor tunes as usual) or its key is a stored
+winner's. The lookup still compares choice hashes, so a pinned config whose
+source changed is a miss, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from typing import Any, Callable, NamedTuple
+
+from cache.records import digest
+
+from .patching import StackedPatch
+
+log = logging.getLogger(__name__)
+
+PIN_FAMILY = "pin.family"
+PIN_KEY = "pin.key"
+
+# generate() arguments that are objects, not choices of a config: left out of the key.
+_NOT_SCALAR = {"self", "input_nodes", "layout", "kwargs", "epilogue_fn", "subgraphs", "mutated_inputs",
+               "call_sizes", "workspace_arg", "triton_meta", "generate_with_caching"}
+
+
+class Pin(NamedTuple):
+    device: str  # device type of the inputs ("cuda"): which environment's winners apply
+    family: str
+    key: str
+
+
+# Decides whether a generate call goes ahead; None lets everything through.
+TemplateFilter = Callable[[Pin], bool]
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str, type(None)))
+
+
+def pin_of(template: Any, arguments: dict[str, Any]) -> Pin | None:
+    """(family, key) of one generate call, or None where its inputs cannot be read."""
+    from torch._inductor import select_algorithm as sa
+
+    try:
+        inputs = [[str(part) for part in sa.AlgorithmSelectorCache.key_of(node)] for node in arguments["input_nodes"]]
+        layout = arguments["layout"]
+        output = [str(layout.dtype), [str(s) for s in layout.size]]
+    except Exception:  # a node without a plain layout: never pin it
+        log.debug("no pin for a %s config", getattr(template, "name", template), exc_info=True)
+        return None
+    family = digest(str(getattr(template, "name", "")), inputs, output)[:32]
+    scalars = {k: v for k, v in arguments.items() if k not in _NOT_SCALAR and _scalar(v)}
+    scalars.update({k: v for k, v in (arguments.get("kwargs") or {}).items() if _scalar(v)})
+    device = inputs[0][0] if inputs else "cpu"
+    return Pin(device, family, digest(family, scalars)[:32])
+
+
+def _patched_generate(original: Any, patch: StackedPatch[TemplateFilter | None]) -> Any:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            pin = pin_of(self, dict(bound.arguments))
+        except TypeError:
+            pin = None
+        allow = patch.top
+        if pin is not None and allow is not None and not allow(pin):
+            return None  # a stored loser: never rendered, never compiled
+        choice = original(self, *args, **kwargs)
+        if choice is not None and pin is not None:
+            try:
+                choice.autotune_pin = pin
+            except AttributeError:
+                pass
+        return choice
+
+    return generate
+
+
+def _template_class() -> type:
+    from torch._inductor import select_algorithm as sa
+
+    return sa.TritonTemplate
+
+
+_GENERATE: StackedPatch[TemplateFilter | None] = StackedPatch(_template_class, "generate", _patched_generate)
+
+
+def push(template_filter: TemplateFilter | None) -> None:
+    """Start annotating (and, given a filter, pinning) Triton template configs."""
+    _GENERATE.push(template_filter)
+
+
+def pop() -> None:
+    """Undo the latest push; the last one restores Inductor's own generate."""
+    _GENERATE.pop()
+
+
+def pin_params(choice: Any) -> dict[str, str]:
+    """The pin digests of a generated choice, as candidate params."""
+    pin = getattr(choice, "autotune_pin", None)
+    return {PIN_FAMILY: pin.family, PIN_KEY: pin.key} if pin else {}
+
+
+class PinIndex:
+    """Which Triton configs to generate, built from stored results of one environment.
+
+    A family that appears in a stored result is pinned: only the keys of stored
+    winners in it are generated. If a family has no stored winner (ATen or
+    another template won) none of its configs are generated.
+    """
+
+    def __init__(self, results: list[Any]) -> None:
+        self.allowed: dict[str, set[str]] = {}
+        for result in results:
+            winner = result.winner
+            for candidate in result.candidates:
+                family = candidate.params.get(PIN_FAMILY)
+                if not family:
+                    continue
+                keys = self.allowed.setdefault(str(family), set())
+                if winner is not None and candidate.choice_hash == winner.choice_hash:
+                    keys.add(str(candidate.params.get(PIN_KEY)))
+
+    def allows(self, pin: Pin) -> bool:
+        keys = self.allowed.get(pin.family)
+        return keys is None or pin.key in keys

@@ -1,0 +1,109 @@
+"""Leases with real concurrent processes on SQLite and PostgreSQL, and the sweep's queue."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from autotune.pointwise import PointwiseReport, Shard, merge_reports, plan_lanes
+from autotune.queue import SweepQueue
+from cache import Store
+from cache.leases import CLAIMED, DONE, TAKEN
+from cache.records import InputLayout, TuningRequest
+from inductor_glue.capture import kernel_owner
+from workers.jobs import TuneJob
+
+WORKER = str(Path(__file__).parent / "lease_worker.py")
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def job(name: str) -> TuneJob:
+    layout = InputLayout(sizes=(4, 4), strides=(4, 1), offset=0, dtype="torch.float32", device="cpu")
+    return TuneJob(TuningRequest("mm", f"inputs-{name}", "highest", (layout,), {}, ()), None)
+
+
+def _spawn(url: str, name: str, log: Path, keys: int, seconds: float, *extra: str,
+           since: float | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    began = str(since if since is not None else time.time())
+    return subprocess.Popen([sys.executable, WORKER, url, name, str(log), str(keys), str(seconds), began, *extra],
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_concurrent_processes_take_each_key_exactly_once(store_url: str, tmp_path: Path) -> None:
+    Store(store_url).connect()  # migrate once, before the race
+    log = tmp_path / "log"
+    began = time.time()
+    procs = [_spawn(store_url, f"p{i}", log, 40, 30.0, since=began) for i in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0
+    done = [line.split() for line in log.read_text().splitlines()]
+    assert Counter(key for _, key in done) == Counter({f"{i:064d}": 1 for i in range(40)})
+    assert len({name for name, _ in done}) >= 2, "the work was not shared"
+
+
+def test_a_killed_holders_leases_expire_and_are_taken_over(store_url: str, tmp_path: Path) -> None:
+    Store(store_url).connect()
+    log = tmp_path / "log"
+    holder = _spawn(store_url, "dead", log, 5, 2.0, "--hold")
+    assert holder.stdout is not None and holder.stdout.readline().split() == ["held", "5"]
+    with Store(store_url) as store:
+        assert store.leases("early", seconds=2.0).claim(("e" * 64, f"{0:064d}")) == TAKEN  # alive: not taken
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    began = time.monotonic()
+    heir = _spawn(store_url, "heir", log, 5, 2.0)
+    assert heir.wait(timeout=60) == 0
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == ["heir"] * 5
+    assert time.monotonic() - began < 30
+
+
+def test_a_release_since_this_sweep_began_reads_as_done(sqlite_url: str) -> None:
+    with Store(sqlite_url) as store:
+        key = ("e" * 64, "r" * 64)
+        early = store.leases("early")
+        first = store.leases("first")
+        assert first.claim(key) == CLAIMED and early.claim(key) == TAKEN
+        first.release(key, "ok")
+        assert early.claim(key) == DONE  # tuned while "early" ran: skip it
+        assert store.leases("later").claim(key) == CLAIMED  # a later sweep may retune (e.g. --force)
+
+
+def test_queue_skips_what_another_sweep_finished_and_waits_for_what_it_holds(sqlite_url: str) -> None:
+    with Store(sqlite_url) as store:
+        a, b = job("a"), job("b")
+        other = store.leases("other")
+        queue = SweepQueue(store.leases("me", seconds=30), retry_seconds=0.05)
+        assert other.claim(("", a.request.key)) == CLAIMED and other.claim(("", b.request.key)) == CLAIMED
+        assert queue.put(a) and queue.put(b) and not queue.put(a)  # de-duplicated
+        queue.close()
+        assert queue.take() is None and not queue.exhausted()  # both held elsewhere: wait
+        other.release(("", a.request.key), "ok")  # finished there
+        other.release_all()  # b given back unfinished (that sweep stopped)
+        time.sleep(0.1)
+        assert queue.take() == b and queue.take() is None
+        assert queue.exhausted() and [j.request.key for j in queue.elsewhere] == [a.request.key]
+        queue.stop()
+
+
+def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
+    for models in range(1, 5):
+        for gpus in range(1, 9):
+            lanes = plan_lanes(models, gpus)
+            assert len(lanes) == min(gpus, max(models, gpus))
+            shards = [s for lane in lanes for s in lane]
+            for model in range(models):
+                mine = sorted(s.rank for s in shards if s.model == model)
+                count = next(s.count for s in shards if s.model == model)
+                assert mine == list(range(count))  # every share of the model exactly once
+    assert plan_lanes(3, 2) == [[Shard(0), Shard(2)], [Shard(1)]]
+    assert plan_lanes(1, 2) == [[Shard(0, 0, 2)], [Shard(0, 1, 2)]]
+    owners = Counter(kernel_owner(f"triton_poi_fused_{i}:abc", 4) for i in range(400))
+    assert set(owners) == {0, 1, 2, 3} and min(owners.values()) > 60  # spread evenly enough
+    merged = merge_reports([PointwiseReport(saved=2, saved_keys=["x"]), PointwiseReport(saved=3, error="e")], 1.0)
+    assert (merged.saved, merged.saved_keys, merged.error) == (5, ["x"], "e")

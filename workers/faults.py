@@ -1,0 +1,27 @@
+"""Fault injection for tests of the failure path, shared by the actor and its child.
+
+Its own module so that the actor (which starts the child) and the child (which
+injects the fault) do not import each other.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Fault injection for tests of the failure path: "crash:KEY" makes the process
+# die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
+# sleep past any timeout. Set in the driver's environment; the pool passes it on.
+FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
+
+
+def inject_fault(request_key: str) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    kind, _, target = spec.partition(":")
+    if not spec or not target or not request_key.startswith(target):
+        return
+    if kind == "crash":
+        os._exit(17)
+    if kind == "hang":
+        import time
+
+        time.sleep(3600)
