@@ -32,6 +32,7 @@ from typing import Any, Callable
 from cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
 from cache.signing import OK, Signer, TrustedKeys
 
+from inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -180,22 +181,11 @@ def cpp_key(target: str, root: str | None = None) -> str | None:
     line (ISA flags included). None for a file outside the cache dir."""
     import torch
 
-    from .kernel_configs import inductor_cache_dir
-
     root = os.path.realpath(root or inductor_cache_dir())
     relative = os.path.relpath(os.path.realpath(target), root)
     if relative.startswith(os.pardir) or os.path.isabs(relative):
         return None
     return f"torch-{torch.__version__}:{relative.replace(os.sep, '/')}"
-
-
-def write_atomic(path: str, payload: bytes, mode: int = 0o755) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(temporary, "wb") as handle:
-        handle.write(payload)
-    os.chmod(temporary, mode)
-    os.replace(temporary, path)  # a concurrent loader never sees half a library
 
 
 def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
@@ -209,7 +199,7 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
                 if key is not None and not os.path.exists(target):
                     payload = tier.fetch(ARTIFACT_CPP_KERNEL, key)
                     if payload is not None:
-                        write_atomic(target, payload)
+                        write_atomic(target, payload, mode=0o755)  # a shared library
                         return None
             except Exception:  # a cache problem must never fail the compile
                 log.debug("could not fetch a C++ build", exc_info=True)

@@ -66,7 +66,8 @@ class PackageSeam:
             return
         payload = self.tier.fetch(ARTIFACT_DYNAMO, key)
         if payload is not None:
-            from .artifacts import write_atomic
+            from inductor_glue.local_cache import write_atomic
+
 
             write_atomic(path, payload, mode=0o644)
 

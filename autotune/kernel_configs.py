@@ -24,6 +24,7 @@ import logging
 import os
 from typing import Any, Callable
 
+from inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -59,12 +60,6 @@ def path_for(key: str, root: str) -> str | None:
     return os.path.join(root, *parts)
 
 
-def inductor_cache_dir() -> str:
-    from torch._inductor.runtime.runtime_utils import cache_dir
-
-    return cache_dir()
-
-
 def materialize(configs: dict[str, dict[str, Any]], root: str | None = None) -> int:
     """Write stored configs as Inductor's local files; existing files are kept. Returns how many."""
     root = root or inductor_cache_dir()
@@ -73,11 +68,7 @@ def materialize(configs: dict[str, dict[str, Any]], root: str | None = None) -> 
         path = path_for(key, root)
         if path is None or not isinstance(value, dict) or os.path.exists(path):
             continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w") as handle:
-            json.dump(value, handle)
-        os.replace(temporary, path)  # atomic: a compile worker never reads half a file
+        write_atomic(path, json.dumps(value).encode())
         written += 1
     return written
 

@@ -27,7 +27,7 @@ PROBES = {
     "import torch._inductor.select_algorithm": "import torch._inductor.select_algorithm",
     "import torch._inductor.compile_fx": "import torch._inductor.compile_fx",
     "import triton": "import triton",
-    "pin_triton_toolchain()": "from autotune.env import pin_triton_toolchain; pin_triton_toolchain()",
+    "pin_triton_toolchain()": "from inductor_glue.env import pin_triton_toolchain; pin_triton_toolchain()",
     "import autotune.hook": "import autotune.hook",
 }
 

@@ -48,10 +48,12 @@ def main() -> int:
     handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)
     chosen: dict[str, str] = {}
     margins: dict[str, float] = {}  # runner-up time / winner time, as this process measured
+    candidates: dict[str, list[str]] = {}  # the choices this process weighed, by hash
 
     def remember(timings, name, input_nodes, choices, *_rest) -> None:  # type: ignore[no-untyped-def]
         key = f"{name}|{select_algorithm.create_inputs_key(input_nodes)}"
         chosen[key] = min(timings, key=timings.__getitem__).hash_key()
+        candidates[key] = sorted(choice.hash_key() for choice in timings)
         times = sorted(timings.values())
         margins[key] = times[1] / times[0] if len(times) > 1 and times[0] > 0 else float("inf")
 
@@ -74,6 +76,7 @@ def main() -> int:
         "benchmarks": benchmark_count(),
         "chosen": chosen,
         "margins": margins,
+        "candidates": candidates,
         "output": tensor_path,
     }
     Path(args.out).write_text(json.dumps(result))

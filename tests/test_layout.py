@@ -1,4 +1,4 @@
-"""The package layout: one direction of imports, and the old module names still work."""
+"""The package layout: one direction of imports."""
 
 from __future__ import annotations
 
@@ -29,13 +29,3 @@ def test_no_package_imports_one_above_it(package: str) -> None:
                  for p in (ROOT / package).rglob("*.py") if _imports(p) & above}
     assert offenders == {}
 
-
-def test_the_moved_glue_keeps_its_old_names() -> None:
-    import autotune.capture
-    import autotune.env
-    import inductor_glue.capture
-    import inductor_glue.env
-    from autotune.capture import fresh_inductor  # noqa: F401
-    from workers.actor import FAULT_ENV, inject_fault  # noqa: F401
-
-    assert autotune.capture is inductor_glue.capture and autotune.env is inductor_glue.env

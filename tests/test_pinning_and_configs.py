@@ -12,7 +12,8 @@ from factories import make_result
 from torch._inductor import select_algorithm as sa
 from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-from autotune import kernel_configs, pinning
+from autotune import kernel_configs
+from inductor_glue import pinning
 from autotune.hook import ServePolicy
 from autotune.settings import Settings
 from cache import Store

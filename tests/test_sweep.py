@@ -10,7 +10,7 @@ import pytest
 from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
 from cache import Store
-from workers.actor import FAULT_ENV
+from workers.faults import FAULT_ENV
 
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 

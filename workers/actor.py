@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .faults import FAULT_ENV, inject_fault  # noqa: F401  (their old home; tests import them here)
 
 log = logging.getLogger(__name__)
 
