@@ -6,7 +6,8 @@ usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
 
 It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
 what happened as JSON: hook stats, Inductor's benchmark count, the chosen
-choice's hash per request, where the output tensor was saved, the seconds each
+choice's hash per request, where the output tensor (and the eager model's, the
+right answer) was saved, the seconds each
 compile (with its first call) took, and when the job was done (to time its exit).
 """
 
@@ -81,12 +82,16 @@ def main() -> int:
         compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)
+    model, inputs = getattr(tiny_mlp, args.entry)()  # a fresh copy: freezing may change the compiled one
+    with torch.no_grad():
+        torch.save(model(*inputs), args.out + ".eager.pt")
     result = {
         "stats": handle.stats.as_dict() if handle else None,
         "benchmarks": benchmark_count(),
         "chosen": chosen,
         "margins": margins,
         "output": tensor_path,
+        "eager_output": args.out + ".eager.pt",
         "compile_seconds": compile_seconds,
         "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
