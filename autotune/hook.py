@@ -17,6 +17,7 @@ import logging
 import math
 import socket
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -60,6 +61,9 @@ class HookStats:
     misses: int = 0
     written: int = 0
     errors: int = 0
+    # Seconds compiles spent waiting on the cache (bounded by the lookup timeout once
+    # per process: the first timeout disables the cache).
+    store_wait_s: float = 0.0
     # Triton configs of cached requests that were never generated (pinning).
     configs_skipped: int = 0
     # Hits whose stored winner was not among the generated choices (a pin that did
@@ -97,6 +101,7 @@ class ServePolicy:
         self._store: Any = None
         self._disabled = False
         self._lock = threading.Lock()
+        self._wait_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
         self._logged_misses: set[str] = set()  # request keys
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
@@ -109,12 +114,16 @@ class ServePolicy:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
         if self._disabled:
             return None
+        began = time.perf_counter()
         try:
             future = self._pool.submit(lambda: fn(self._open()))
             return future.result(timeout=timeout or self.settings.lookup_timeout)
         except Exception as exc:
             self._disable(exc)
             return None
+        finally:
+            with self._wait_lock:
+                self.stats.store_wait_s += time.perf_counter() - began
 
     def _open(self) -> Any:
         with self._lock:

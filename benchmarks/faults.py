@@ -2,7 +2,7 @@
 up to 32, on SQLite and the local PostgreSQL, written to
 benchmarks/results/faults_<device>.md and .json (machine, versions, date).
 
-usage: python benchmarks/faults.py [--writers 2,8,32] [--importer-rounds 3] [--out NAME]
+usage: python benchmarks/faults.py [--writers 2,8,32] [--importer-rounds 3] [--only WORDS] [--out NAME]
 
 Needs root (a tmpfs for the disk-full scenarios, pg_ctlcluster for the restart)
 and the local PostgreSQL ($AUTOTUNE_TEST_POSTGRES, default postgres@127.0.0.1/test);
@@ -117,7 +117,16 @@ def sweep_on_full_disk() -> faults.Outcome:
     return out
 
 
-def scenarios(writers: list[int], rounds: int) -> Iterator[Callable[[], faults.Outcome]]:
+def slow_database(delays: tuple[float, ...] = (0.05, 1.5)) -> list[faults.Outcome]:
+    """The same job cold and warm against PostgreSQL directly, then through a proxy that
+    delays every packet: under the lookup timeout (still served) and past it."""
+    work = faults.scratch()
+    with pg_database() as url:
+        baseline = faults.baseline_jobs(url, work)
+        return [faults.slow_database(url, delay, work, baseline) for delay in delays]
+
+
+def scenarios(writers: list[int], rounds: int) -> Iterator[Callable[[], faults.Outcome | list[faults.Outcome]]]:
     for n in writers:
         for backend in (sqlite_database, pg_database):
             for fresh in (True, False):
@@ -131,6 +140,7 @@ def scenarios(writers: list[int], rounds: int) -> Iterator[Callable[[], faults.O
         with pg_database() as url:
             return faults.postgres_restart_mid_sweep(url, 150, faults.scratch())
     yield restart
+    yield slow_database
     for backend in (sqlite_database, pg_database):
         def kills(backend: Callable[[], object] = backend) -> faults.Outcome:
             with backend() as url:  # type: ignore[attr-defined]
@@ -138,6 +148,18 @@ def scenarios(writers: list[int], rounds: int) -> Iterator[Callable[[], faults.O
                 outcome.scenario += " (sqlite)" if url.startswith("sqlite") else " (postgresql)"
                 return outcome
         yield kills
+
+    def write_back() -> faults.Outcome:
+        with pg_database() as url:
+            return faults.killed_job_mid_write_back(url, 3, faults.scratch())
+    yield write_back
+    # tiny_mlp at batch sizes 4,8,16: 6 requests; SQLite killed twice, PostgreSQL once.
+    for backend, kills_n, grace in ((sqlite_database, 2, 60.0), (pg_database, 1, 10.0)):
+        def sweeps(backend: Callable[[], object] = backend, kills_n: int = kills_n, grace: float = grace) \
+                -> faults.Outcome:
+            with backend() as url:  # type: ignore[attr-defined]
+                return faults.killed_sweeps(url, "4,8,16", kills_n, faults.scratch(), seed=kills_n, grace=grace)
+        yield sweeps
 
     def full() -> faults.Outcome:
         with tmpfs() as directory:
@@ -184,14 +206,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", default="2,8,32")
     parser.add_argument("--importer-rounds", type=int, default=3)
+    parser.add_argument("--only", help="run only scenarios whose function name contains one of these "
+                        "comma-separated words (a trial run; the results files are not written)")
     parser.add_argument("--out", default="faults_cpu")
     args = parser.parse_args()
     info = machine()
     results = []
+    only = args.only.split(",") if args.only else None
     for scenario in scenarios([int(n) for n in args.writers.split(",")], args.importer_rounds):
-        outcome = scenario()
-        print(f"{'ok  ' if outcome.passed else 'FAIL'} {outcome.scenario}: {json.dumps(outcome.figures)}", flush=True)
-        results.append(outcome)
+        if only and not any(word in scenario.__name__ for word in only):
+            continue
+        produced = scenario()
+        for outcome in produced if isinstance(produced, list) else [produced]:
+            print(f"{'ok  ' if outcome.passed else 'FAIL'} {outcome.scenario}: {json.dumps(outcome.figures)}",
+                  flush=True)
+            results.append(outcome)
+    if only:
+        return 0 if all(o.passed for o in results) else 1
     write(results, info, args.out)
     return 0 if all(o.passed for o in results) else 1
 

@@ -2,10 +2,13 @@
 
 usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
        [--entry NAME] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
+       [--ready-file PATH --go-file PATH]
 
 It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
 what happened as JSON: hook stats, Inductor's benchmark count, the chosen
-choice's hash per request, and where the output tensor was saved.
+choice's hash per request, where the output tensor (and the eager model's, the
+right answer) was saved, the seconds each
+compile (with its first call) took, and when the job was done (to time its exit).
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ sys.path.insert(0, str(Path(__file__).parent / "models"))
 import tiny_mlp  # noqa: E402
 
 
+def _handshake(announce: str, wait_for: str) -> None:
+    Path(announce).write_text("waiting")
+    deadline = time.time() + 60
+    while not Path(wait_for).exists() and time.time() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -40,6 +50,8 @@ def main() -> int:
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--pause-file")
     parser.add_argument("--resume-file")
+    parser.add_argument("--ready-file")
+    parser.add_argument("--go-file")
     args = parser.parse_args()
     for pair in args.config:
         key, _, value = pair.partition("=")
@@ -58,19 +70,23 @@ def main() -> int:
         margins[key] = times[1] / times[0] if len(times) > 1 and times[0] > 0 else float("inf")
 
     select_algorithm.add_feedback_saver(remember)
-    outputs = []
+    if args.ready_file:  # the hook is installed: let the test break the database before any lookup
+        _handshake(args.ready_file, args.go_file)
+    outputs, compile_seconds = [], []
     entries = [args.entry] + (["repeated"] if args.pause_file else [])
     for index, entry in enumerate(entries):
         if index and args.pause_file:  # let the test stop the database between the two compiles
-            Path(args.pause_file).write_text("paused")
-            deadline = time.time() + 60
-            while not Path(args.resume_file).exists() and time.time() < deadline:
-                time.sleep(0.1)
+            _handshake(args.pause_file, args.resume_file)
         model, inputs = getattr(tiny_mlp, entry)()
+        began = time.perf_counter()
         with torch.no_grad():
             outputs.append(torch.compile(model, mode="max-autotune")(*inputs))
+        compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)
+    model, inputs = getattr(tiny_mlp, args.entry)()  # a fresh copy: freezing may change the compiled one
+    with torch.no_grad():
+        torch.save(model(*inputs), args.out + ".eager.pt")
     result = {
         "stats": handle.stats.as_dict() if handle else None,
         "benchmarks": benchmark_count(),
@@ -78,6 +94,9 @@ def main() -> int:
         "margins": margins,
         "candidates": candidates,
         "output": tensor_path,
+        "eager_output": args.out + ".eager.pt",
+        "compile_seconds": compile_seconds,
+        "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
     Path(args.out).write_text(json.dumps(result))
     return 0

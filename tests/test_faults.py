@@ -1,6 +1,7 @@
 """The fault-injection suite in CI, at small N (benchmarks/faults.py runs it at N up to
-32 and commits the figures): concurrent writers, a PostgreSQL restart, SIGKILLed
-writers, a full disk and a read-only filesystem, and bad input at the CLI."""
+32 and commits the figures): concurrent writers, a PostgreSQL restart with a job
+compiling through it, a slow database, SIGKILLed writers, sweeps, tuning children and
+jobs mid-write-back, a full disk and a read-only filesystem, and bad input at the CLI."""
 
 from __future__ import annotations
 
@@ -37,13 +38,37 @@ def test_concurrent_writers_lose_and_duplicate_nothing(store_url: str, fresh: bo
 
 
 def test_postgres_restart_mid_sweep(postgres_url: str, tmp_path: Path) -> None:
+    """The one test that stops the server: a writer and a real job (a CPU Inductor
+    compile through warm_start) whose lookups meet the stopped server."""
     outcome = faults.postgres_restart_mid_sweep(postgres_url, 60, tmp_path)
     _passed(outcome)
     assert outcome.figures["write_retries"] >= 1  # it did meet the restart
+    assert outcome.figures["job_warnings"] == 1 and outcome.figures["job_cache_errors"] >= 1
+
+
+def test_slow_database_costs_a_compile_at_most_the_lookup_timeout(postgres_url: str, tmp_path: Path) -> None:
+    """Every packet from the server 1.5 s late (a proxy): the job's first lookup times
+    out (2 s), it warns once and compiles as plain max-autotune."""
+    outcome = faults.slow_database(postgres_url, 1.5, tmp_path)
+    _passed(outcome)
+    assert outcome.figures["waited_on_cache_s"] <= 2.5
 
 
 def test_sigkilled_writer_leaves_nothing_half_written(store_url: str, tmp_path: Path) -> None:
     _passed(faults.killed_writer(store_url, 1, tmp_path))
+
+
+def test_job_sigkilled_mid_write_back_leaves_nothing_half_written(postgres_url: str, tmp_path: Path) -> None:
+    _passed(faults.killed_job_mid_write_back(postgres_url, 1, tmp_path, then_write=False))
+
+
+def test_sigkilled_sweep_and_tuning_child(sqlite_url: str, tmp_path: Path) -> None:
+    """A real `autotune sweep` SIGKILLed mid-tuning, then re-run with its worker's tuning
+    child SIGKILLed mid-benchmark: the re-run tunes only what is missing, records the
+    child's request as failed with its reason, and finishes."""
+    outcome = faults.killed_sweeps(sqlite_url, "8", 1, tmp_path)
+    _passed(outcome)
+    assert outcome.figures["rerun_failed"] == 1
 
 
 @pytest.fixture
