@@ -424,22 +424,42 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def alive(pid: int) -> bool:
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (state) on; None once the pid is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # comm may hold ")"
     except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot: with the pid, it names one
+    process, even after the pid is reused by another."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None  # field 22 of stat
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """pid is running (not a zombie) and, if started is given, is still the process that
+    started then rather than a later one that reused the pid."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] == "Z":
         return False
+    return started is None or int(fields[19]) == started
 
 
 def reap(pids: list[int], grace: float) -> dict[int, float | None]:
     """Wait up to grace s for processes a SIGKILL orphaned to end; SIGKILL the rest
-    (ours to end). Seconds until each ended (None: it was still there)."""
+    (ours to end). Seconds until each ended (None: it was still there). Each process
+    is known by its pid and start time, so a pid reused meanwhile is never killed."""
     began, ended = time.monotonic(), {}
+    started = {pid: start_time(pid) for pid in pids}
     while len(ended) < len(pids) and time.monotonic() - began < grace:
-        ended.update({pid: time.monotonic() - began for pid in pids if pid not in ended and not alive(pid)})
+        ended.update({pid: time.monotonic() - began for pid in pids
+                      if pid not in ended and not alive(pid, started[pid])})
         time.sleep(0.2)
     for pid in pids:
-        if pid not in ended:
+        if pid not in ended and alive(pid, started[pid]):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -757,13 +777,14 @@ class ChildWatch:
     def __init__(self, sweep_pid: int) -> None:
         self.sweep_pid = sweep_pid
         self.child: int | None = None
+        self.child_started: int | None = None  # with the pid, names the child even if the pid is reused
         self.dirs: list[str] = []
 
     def poll(self) -> None:
-        if self.child is None or not alive(self.child):
+        if self.child is None or not alive(self.child, self.child_started):
             found = [p for p in descendants(self.sweep_pid) if "workers.child" in cmdline(p)]
-            if found and found[0] != self.child:
-                self.child, self.dirs = found[0], []
+            if found and (found[0], start_time(found[0])) != (self.child, self.child_started):
+                self.child, self.child_started, self.dirs = found[0], start_time(found[0]), []
         if self.child is None:
             return
         try:
@@ -832,7 +853,7 @@ def _sweep_json(url: str, batch_sizes: str, kill_child: bool, workdir: Path) -> 
     if kill_child:
         watch = ChildWatch(sweep.pid)
         killed = watch.wait_benchmark(sweep, 1)
-        if killed is not None:
+        if killed is not None and alive(killed, watch.child_started):
             os.kill(killed, signal.SIGKILL)
     stdout, _ = sweep.communicate(timeout=600)
     report = json.loads(stdout) if stdout.strip() else {"totals": {}, "requests": []}
