@@ -189,6 +189,20 @@ def _current_node_params() -> dict[str, Any]:
     }
 
 
+def _graph_decisions() -> dict[str, Any]:
+    """Choices Inductor made for the whole graph that shape this request's layouts.
+
+    layout_opt (channels-last for convolutions) is decided from the whole graph: a
+    one-op graph can decide otherwise (a ViT's patch embedding: off in the model,
+    where nodes >= 300 x convolutions, on alone), and then asks with other strides.
+    """
+    from torch._inductor.virtualized import V
+
+    graph = V.graph if V.graph is not None else None
+    layout_opt = getattr(graph, "layout_opt", None)
+    return {} if layout_opt is None else {"layout_opt": bool(layout_opt)}
+
+
 def _aten_kwargs(choices: list[Any]) -> dict[str, Any]:
     for choice in choices:
         if isinstance(choice, sa.ExternKernelCaller) and choice.kwargs:
@@ -214,7 +228,7 @@ class Selector(sa.AlgorithmSelectorCache):
 
     def _describe(self, name: str, choices: list[Any], input_nodes: list[Any]) -> None:
         inputs_key = sa.create_inputs_key(input_nodes)
-        params = {"aten": _aten_kwargs(choices), "fx": _current_node_params()}
+        params = {"aten": _aten_kwargs(choices), "fx": _current_node_params(), "graph": _graph_decisions()}
         observed = ObservedRequest(
             op=name,
             inputs_key=inputs_key,

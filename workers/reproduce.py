@@ -140,6 +140,21 @@ BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]]
 }
 
 
+def graph_config(request: TuningRequest) -> dict[str, Any]:
+    """Inductor config that makes the one-op graph take the recorded graph-wide decisions.
+
+    Only convolutions read layout_opt: forcing it either way reproduces the model's
+    choice of channels-last, which the one-op graph would otherwise make by itself.
+    Requests recorded before this was captured get Inductor's own decision.
+    """
+    layout_opt = request.params.get("graph", {}).get("layout_opt")
+    if request.op != "convolution" or layout_opt is None:
+        return {}
+    if layout_opt:
+        return {"layout_optimization": True, "force_layout_optimization": True}
+    return {"layout_optimization": False}
+
+
 def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGraph:
     builder = BUILDERS.get(request.op)
     if builder is None:

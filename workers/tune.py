@@ -40,7 +40,7 @@ from cache.records import (
 )
 
 from .jobs import TuneJob
-from .reproduce import UnsupportedRequest, one_op_graph, tolerance
+from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
     import torch
 
     graph = one_op_graph(job.request, job.device)
-    with fresh_inductor({**job.config_overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
+    config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
+    with fresh_inductor(config), installed(policy), no_runtime_tuning():
         compiled = torch.compile(graph.fn, mode=job.mode)
         with torch.no_grad():
             output = compiled(*graph.inputs)

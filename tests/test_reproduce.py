@@ -1,0 +1,79 @@
+"""The worker's one-op graph takes the graph-wide decisions the capture recorded.
+
+On an H100 a ViT's patch embedding (a 16x16/16 convolution) came back key_mismatch:
+in the model Inductor kept NCHW (layout optimization is off when the graph has
+>= 300 nodes per convolution), alone it chose channels-last and asked with other
+strides. These run the real Inductor compile on CPU, where the same switch decides
+whether the convolution's inputs are copied to channels-last first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+from cache.records import InputLayout, TuningRequest
+from inductor_glue.capture import capture_file, fresh_inductor
+from workers.reproduce import graph_config, one_op_graph
+
+TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
+
+
+def _patch_embedding(layout_opt: bool | None) -> TuningRequest:
+    conv = {"stride": [16, 16], "padding": [0, 0], "dilation": [1, 1], "transposed": False,
+            "output_padding": [0, 0], "groups": 1}
+    return TuningRequest(
+        op="convolution", inputs_key="patch-embedding", precision="highest",
+        inputs=(InputLayout((2, 3, 32, 32), (3072, 1024, 32, 1), 0, "torch.float32", "cpu"),
+                InputLayout((8, 3, 16, 16), (768, 256, 16, 1), 0, "torch.float32", "cpu")),
+        params={"aten": conv, "graph": {} if layout_opt is None else {"layout_opt": layout_opt}})
+
+
+def _layout_copies(request: TuningRequest) -> int:
+    """Kernels the compiled one-op graph runs besides the convolution: layout copies."""
+    graph = one_op_graph(request, "cpu")
+    with fresh_inductor(graph_config(request)):
+        _, code = run_and_get_code(torch.compile(graph.fn), *graph.inputs)
+    return code[0].count("async_compile.cpp_pybinding")
+
+
+@pytest.mark.parametrize(("recorded", "copies"), [(False, 0), (True, 2)])
+def test_one_op_convolution_keeps_the_models_layout_decision(recorded: bool, copies: int) -> None:
+    assert _layout_copies(_patch_embedding(recorded)) == copies
+
+
+def test_requests_recorded_before_the_decision_was_captured_are_reproduced_as_before() -> None:
+    assert graph_config(_patch_embedding(None)) == {}
+    assert _layout_copies(_patch_embedding(None)) == 2  # Inductor's own choice for a lone CPU conv
+
+
+def test_capture_records_the_graphs_layout_decision() -> None:
+    result = capture_file(TINY)
+    assert all(r.params["graph"] == {"layout_opt": False} for r in result.requests)  # no convolution
+
+
+def test_runtime_tuning_policies_nest_and_come_off() -> None:
+    """The innermost policy decides which kernels tune at first run; leaving restores Inductor's."""
+    from inductor_glue.capture import _caching_autotuner, kernel_owner, no_runtime_tuning, tune_only_shard
+
+    autotuner_cls = _caching_autotuner()
+    original = autotuner_cls.__dict__["coordinate_descent_tuning"]
+    kernels = []
+    for name in ("triton_poi_0", "triton_poi_1", "triton_red_2", "triton_per_3"):
+        kernel = object.__new__(autotuner_cls)  # a real autotuner, without compiling anything
+        kernel.inductor_meta, kernel.fn = {"kernel_name": name}, None
+        kernels.append(kernel)
+    no_source = hashlib.sha1(b"").hexdigest()
+    owners = [kernel_owner(f"{k.inductor_meta['kernel_name']}:{no_source}", 2) for k in kernels]
+    launcher = object()
+    with no_runtime_tuning():
+        assert all(k.coordinate_descent_tuning(launcher) is launcher for k in kernels)
+        with tune_only_shard(0, 2):
+            for kernel, owner in zip(kernels, owners):
+                if owner == 1:  # another shard's kernel: its launcher is kept untuned
+                    assert kernel.coordinate_descent_tuning(launcher) is launcher
+    assert autotuner_cls.__dict__["coordinate_descent_tuning"] is original
