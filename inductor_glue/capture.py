@@ -18,6 +18,7 @@ from cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
 from .modelfile import ModelFile, ModelFileError, load_model_file
+from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
 
@@ -124,36 +125,69 @@ def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, devi
         loss.backward()
 
 
+# Which pointwise/reduction kernels tune at their first run: the innermost active
+# policy decides (capture, workers and the pointwise pass may nest). A kernel that
+# does not tune runs with its first config; only run-time behaviour changes, no
+# config and no kernel source (so no key or hash).
+TunesAtRun = Callable[[Any], bool]
+
+
+def _caching_autotuner() -> type:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return CachingAutotuner
+
+
+def _wrap_autotune_to_one_config(original: Any, patch: StackedPatch[TunesAtRun]) -> Any:
+    def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if patch.top is None or patch.top(self):
+            return original(self, *args, **kwargs)
+        self.launchers = self.launchers[:1]
+        return None
+
+    return autotune_to_one_config
+
+
+def _wrap_coordinate_descent(original: Any, patch: StackedPatch[TunesAtRun]) -> Any:
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if patch.top is None or patch.top(self):
+            return original(self, launcher, *args, **kwargs)
+        return launcher
+
+    return coordinate_descent_tuning
+
+
+_RUNTIME_TUNING = (
+    StackedPatch(_caching_autotuner, "autotune_to_one_config", _wrap_autotune_to_one_config),
+    StackedPatch(_caching_autotuner, "coordinate_descent_tuning", _wrap_coordinate_descent),
+)
+
+
 @contextlib.contextmanager
-def no_runtime_tuning() -> Iterator[None]:
+def _runtime_tuning(tunes: TunesAtRun) -> Iterator[None]:
+    try:
+        _caching_autotuner()
+    except ImportError:  # no Triton: nothing is tuned at run time
+        yield
+        return
+    for patch in _RUNTIME_TUNING:
+        patch.push(tunes)
+    try:
+        yield
+    finally:
+        for patch in _RUNTIME_TUNING:
+            patch.pop()
+
+
+def no_runtime_tuning() -> contextlib.AbstractContextManager[None]:
     """Run generated pointwise/reduction kernels with their first config, untuned.
 
     Capture and the workers compile a graph to see its GEMM/conv requests and
     run it once for a result, but have no use for tuned pointwise kernels; under
     max-autotune Inductor tunes each at its first run, which was ~10 s of
-    ResNet-18's capture on an H200. Only run-time behaviour changes: no config
-    and no kernel source (so no key or hash) does.
+    ResNet-18's capture on an H200.
     """
-    try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except ImportError:  # no Triton: nothing is tuned at run time
-        yield
-        return
-    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
-
-    def first_config(self: Any, *args: Any, **kwargs: Any) -> None:
-        self.launchers = self.launchers[:1]
-
-    def keep(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        return launcher
-
-    CachingAutotuner.autotune_to_one_config = first_config
-    CachingAutotuner.coordinate_descent_tuning = keep
-    try:
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(CachingAutotuner, name, method)
+    return _runtime_tuning(lambda _autotuner: False)
 
 
 def kernel_owner(kernel_id: str, count: int) -> int:
@@ -167,43 +201,16 @@ def _kernel_id(autotuner: Any) -> str:
     return f"{meta.get('kernel_name', '')}:{hashlib.sha1(source.encode()).hexdigest()}"
 
 
-@contextlib.contextmanager
-def tune_only_shard(rank: int, count: int) -> Iterator[None]:
+def tune_only_shard(rank: int, count: int) -> contextlib.AbstractContextManager[None]:
     """Tune at first run only the pointwise/reduction kernels of shard ``rank`` of ``count``.
 
     The sweep's pointwise pass runs one process per GPU over the same model; each
     compiles every kernel (the same source, so the same ids) but tunes only its
     share, and the others run with their first config untuned and store nothing.
     """
-    try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except ImportError:
-        yield
-        return
     if count <= 1:
-        yield
-        return
-    saved = {name: CachingAutotuner.__dict__[name] for name in ("autotune_to_one_config", "coordinate_descent_tuning")}
-    tune_one, descend = saved["autotune_to_one_config"], saved["coordinate_descent_tuning"]
-
-    def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if kernel_owner(_kernel_id(self), count) == rank:
-            return tune_one(self, *args, **kwargs)
-        self.launchers = self.launchers[:1]
-        return None
-
-    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if kernel_owner(_kernel_id(self), count) == rank:
-            return descend(self, launcher, *args, **kwargs)
-        return launcher
-
-    CachingAutotuner.autotune_to_one_config = autotune_to_one_config
-    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
-    try:
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(CachingAutotuner, name, method)
+        return contextlib.nullcontext()
+    return _runtime_tuning(lambda autotuner: kernel_owner(_kernel_id(autotuner), count) == rank)
 
 
 # Epilogue-fusion benchmarking happens in the scheduler, outside lookup; it is

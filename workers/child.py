@@ -16,6 +16,7 @@ costs now (see ``warm_up``) and is answered with ``{"warm_seconds": S}``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -155,7 +156,7 @@ def _answer(message: dict[str, Any]) -> dict[str, Any]:
 
 def serve(result_fd: int) -> None:
     # Imported before the first line arrives: torch and Inductor load while the actor waits.
-    from . import tune  # noqa: F401
+    importlib.import_module("workers.tune")
 
     results = os.fdopen(result_fd, "w")
     for line in sys.stdin:
