@@ -13,6 +13,7 @@ which compiles behave like plain max-autotune.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import logging
 import math
 import socket
@@ -92,12 +93,22 @@ class HookStats:
                 f"/{self.artifacts_published}")
 
 
+def _import_store_modules() -> None:
+    importlib.import_module("cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
+
+
 class ServePolicy:
     """Answers lookups from the store, with Inductor's own behaviour as the fallback."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.stats = HookStats()
+        # The store's imports start now and are not part of the lookup timeout, which is
+        # for a slow or unreachable database: on a busy node (a GPU host compiling, with
+        # the GIL shared with the job's own imports) they alone once took over 2 s and
+        # turned a whole warm start into plain max-autotune.
+        self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
+        self._imports.start()
         self._store: Any = None
         self._disabled = False
         self._lock = threading.Lock()
@@ -114,6 +125,7 @@ class ServePolicy:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
         if self._disabled:
             return None
+        self._imports.join()
         began = time.perf_counter()
         try:
             future = self._pool.submit(lambda: fn(self._open()))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 from cache import models
 
@@ -24,15 +25,32 @@ PG_MIGRATION_LOCK = 0x6175746F74756E65  # "autotune"
 _PG_LOCK_NOT_AVAILABLE = "55P03"
 
 
+# The newest revision in cache/migrations/versions, known without Alembic: every job's
+# warm start checks the schema, and importing Alembic and parsing the version scripts
+# there cost seconds on a busy node (past the hook's lookup timeout). A test keeps it
+# equal to the scripts' head; Alembic is imported only to migrate.
+HEAD_REVISION = "0003"
+
+
 def alembic_config(migrations_dir: str | Path | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir or MIGRATIONS_DIR))
     return cfg
 
 
-@functools.lru_cache(maxsize=8)
 def head_revision(migrations_dir: str | None = None) -> str:
-    # Cached: parsing the version scripts costs milliseconds; heads never change at runtime.
+    if migrations_dir is None or Path(migrations_dir).resolve() == MIGRATIONS_DIR:
+        return HEAD_REVISION
+    return scripted_head(migrations_dir)
+
+
+@functools.lru_cache(maxsize=8)
+def scripted_head(migrations_dir: str | Path | None = None) -> str:
+    """The head revision as Alembic reads it from the version scripts."""
+    from alembic.script import ScriptDirectory
+
     heads = ScriptDirectory.from_config(alembic_config(migrations_dir)).get_heads()
     if len(heads) != 1:
         raise RuntimeError(f"expected one migration head, found {heads}")
@@ -41,6 +59,8 @@ def head_revision(migrations_dir: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=8)
 def known_revisions(migrations_dir: str | None = None) -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config(migrations_dir))
     return frozenset(rev.revision for rev in script.walk_revisions())
 
@@ -78,6 +98,8 @@ def lock_timed_out(error: BaseException) -> bool:
 
 def upgrade(conn: Connection, migrations_dir: str | None = None, target: str = "head") -> None:
     """Migrate to target inside conn's current transaction (caller commits)."""
+    from alembic import command
+
     cfg = alembic_config(migrations_dir)
     cfg.attributes["connection"] = conn
     log.info("migrating cache schema from %s to %s", current_revision(conn), target)

@@ -137,3 +137,21 @@ def test_tables_without_a_version_are_refused(store_url: str) -> None:
         conn.execute(sa.text("DELETE FROM alembic_version"))
     with pytest.raises(SchemaOutdated, match="no schema version"):
         Store(store_url).lookup(make_env(), "k")
+
+
+def test_the_head_readers_check_against_is_the_migration_scripts_head() -> None:
+    """Readers compare with schema.HEAD_REVISION (no Alembic import on a job's path);
+    it must name the newest script, or every reader would refuse a current database."""
+    assert schema.HEAD_REVISION == schema.scripted_head(schema.MIGRATIONS_DIR)
+
+
+def test_opening_a_store_to_read_imports_no_alembic(tmp_path: Path) -> None:
+    """A warm start's first lookup pays for the store's imports within the lookup timeout."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with Store(url) as store:
+        store.upgrade()
+    probe = ("import sys; from cache.store import Store; s = Store(sys.argv[1], read_only=True); "
+             "s.stats(); print(sorted(m for m in sys.modules if m.startswith('alembic')))")
+    done = subprocess.run([sys.executable, "-c", probe, url], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, exc
 
 from cache import schema
@@ -135,6 +134,8 @@ class MigrationMixin(StoreBase):
             self._refuse_unknown(revision, head)
             if revision is None and schema.has_cache_tables(conn):
                 raise self._schema_error(revision, head)
+            from alembic.util import CommandError
+
             try:
                 schema.upgrade(conn, self.migrations_dir)
             except CommandError as error:
