@@ -76,7 +76,8 @@ REPO = Path(__file__).resolve().parents[1]
 PYCACHE = Path(tempfile.gettempdir()) / "autotune-bench-pycache"
 # What the bytecode warm-up imports: every compile's stack, the hook and the cache.
 WARM_IMPORTS = ("torch, torch._dynamo, torch._inductor.compile_fx, torch._inductor.select_algorithm, "
-                "autotune.hook, autotune.artifacts, cache.store")
+                "autotune.hook, autotune.artifacts, cache.store, sqlalchemy.dialects.sqlite.pysqlite, "
+                "sqlalchemy.dialects.postgresql.psycopg, alembic.command, alembic.script")
 MARKER = "RESULT "
 MODELS: dict[str, str] = {
     "resnet": "examples/resnet.py",
@@ -949,8 +950,10 @@ def run_sweep(run: ModelRun, args: argparse.Namespace, log_path: Path | None) ->
         cmd += ["--train"]  # the training step's backward graph too
     cmd += extra
     env = _child_env(run.tmp / "sweep", run.cache_url)
-    if ARTIFACTS in run.scenarios and run.signing_key:
-        env["AUTOTUNE_SIGNING_KEY"] = run.signing_key  # publish the end-to-end compile's artifacts
+    if run.signing_key:
+        # Publish the end-to-end compile's artifacts: for this run's warm-start-artifacts, or,
+        # with --signing-key, for a later run reading the same --cache.
+        env["AUTOTUNE_SIGNING_KEY"] = run.signing_key
     done = _run(cmd, env, args.timeout, log_path)
     result: dict[str, Any] = {"scenario": "sweep", "command": "autotune " + " ".join(cmd[3:]),
                               "wall_s": done.wall_s, "process_wall_s": done.wall_s, "rc": done.rc,
