@@ -11,6 +11,8 @@ server cannot be reached the PostgreSQL tests are skipped, except on CI
 from __future__ import annotations
 
 import os
+import sqlite3
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,9 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/factories.py
 
 from cache import Store  # noqa: E402
+
+TINY = str(Path(__file__).resolve().parent / "models" / "tiny_mlp.py")
+REPO = Path(__file__).resolve().parents[1]
 
 ADMIN_URL = os.environ.get(
     "AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -127,3 +132,48 @@ def _no_ambient_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Never touch the developer's real cache: no $AUTOTUNE_CACHE, a private XDG dir."""
     monkeypatch.delenv("AUTOTUNE_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
+# ------------------------------------------------------------ one signed sweep per session
+
+
+@pytest.fixture(scope="session")
+def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A trusted writer's key pair and a stranger's, from `autotune keys new`."""
+    from click.testing import CliRunner
+
+    import cli
+
+    root = tmp_path_factory.mktemp("keys")
+    for name in ("writer", "stranger"):
+        result = CliRunner().invoke(cli.main, ["keys", "new", str(root / name)])
+        assert result.exit_code == 0, result.output
+    return {"writer": root / "writer", "writer.pub": root / "writer.pub",
+            "stranger": root / "stranger", "stranger.pub": root / "stranger.pub"}
+
+
+@pytest.fixture(scope="session")
+def _signed_tiny_cache(tmp_path_factory: pytest.TempPathFactory, signing_keys: dict[str, Path]) -> Path:
+    """`autotune sweep --signing-key` of tests/models/tiny_mlp.py into SQLite, once per
+    session (a CPU sweep is about a minute): winners and signed artifacts. Tests get copies."""
+    path = tmp_path_factory.mktemp("signed") / "cache.db"
+    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", TINY, "--device", "cpu",
+                           "--cache", f"sqlite:///{path}", "--signing-key", str(signing_keys["writer"])],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "2 tuned" in proc.stdout and "signed artifacts published" in proc.stdout, proc.stdout
+    return path
+
+
+def copy_sqlite(source: Path, target: Path) -> str:
+    """A consistent copy of a SQLite cache (its WAL included), as a URL."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    return f"sqlite:///{target}"
+
+
+@pytest.fixture(scope="module")
+def signed_tiny_sweep(_signed_tiny_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """This module's own copy of the session's signed sweep of the tiny model."""
+    return copy_sqlite(_signed_tiny_cache, tmp_path_factory.mktemp("swept") / "cache.db")

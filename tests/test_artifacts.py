@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import stat
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +29,9 @@ PAYLOAD = bytes(range(256)) * 8
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A trusted writer's key pair and a stranger's."""
-    root = tmp_path_factory.mktemp("keys")
-    for name in ("writer", "stranger"):
-        result = CliRunner().invoke(cli.main, ["keys", "new", str(root / name)])
-        assert result.exit_code == 0, result.output
-    return {"writer": root / "writer", "writer.pub": root / "writer.pub",
-            "stranger": root / "stranger", "stranger.pub": root / "stranger.pub"}
+def keys(signing_keys: dict[str, Path]) -> dict[str, Path]:
+    """A trusted writer's key pair and a stranger's (the session's: the shared sweep signs with it)."""
+    return signing_keys
 
 
 # ------------------------------------------------------------------ keys and signatures
@@ -162,20 +153,16 @@ def test_without_trusted_keys_nothing_is_read(store: Store, keys: dict[str, Path
 # ------------------------------------------------------------------ sweep -> fresh job
 
 
-def _sweep(url: str, key: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", "sweep", TINY, "--device", "cpu", "--cache", url,
-                           "--signing-key", str(key)], capture_output=True, text=True, timeout=600,
-                          cwd=Path(cli.__file__).parent)
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert "signed artifacts published" in proc.stdout, proc.stdout
+@pytest.fixture(scope="module")
+def signed_sweep(signed_tiny_sweep: str) -> str:
+    """A SQLite cache after `autotune sweep --signing-key`: winners and signed artifacts."""
+    return signed_tiny_sweep
 
 
 @pytest.fixture(scope="module")
-def signed_sweep(tmp_path_factory: pytest.TempPathFactory, keys: dict[str, Path]) -> Iterator[str]:
-    """A SQLite cache after `autotune sweep --signing-key`: winners and signed artifacts."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('signed') / 'cache.db'}"
-    _sweep(url, keys["writer"])
-    yield url
+def plain_output(tmp_path_factory: pytest.TempPathFactory) -> torch.Tensor:
+    """The tiny model compiled without the hook: what every job below must compute."""
+    return torch.load(job(tmp_path_factory.mktemp("plain"), "--no-hook", name="plain")["output"])
 
 
 def _run_job(tmp_path: Path, url: str, name: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
@@ -186,28 +173,28 @@ def _run_job(tmp_path: Path, url: str, name: str, monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_fresh_job_loads_the_signed_artifacts_and_computes_the_same(
-        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        plain_output: torch.Tensor) -> None:
     with Store(signed_sweep, read_only=True) as store:
         stored = store.artifacts(limit=1000)
     assert stored and all(info.signer == signing.load_signer(keys["writer"]).fingerprint for info in stored)
     assert {info.kind for info in stored} >= {ARTIFACT_CPP_KERNEL}
 
-    plain = job(tmp_path, "--no-hook", name="plain")
     loaded = _run_job(tmp_path, signed_sweep, "loaded", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["writer.pub"]))
     stats = loaded["stats"]
     assert stats["artifacts_loaded"] >= 1 and stats["artifacts_rejected"] == 0, stats
     assert stats["hits"] == 2 and stats["misses"] == 0 and loaded["benchmarks"] == 0
-    torch.testing.assert_close(torch.load(loaded["output"]), torch.load(plain["output"]))
+    torch.testing.assert_close(torch.load(loaded["output"]), plain_output)
 
 
 def test_artifacts_from_an_untrusted_signer_are_compiled_instead(
-        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    plain = job(tmp_path, "--no-hook", name="plain")
+        signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        plain_output: torch.Tensor) -> None:
     result = _run_job(tmp_path, signed_sweep, "untrusted", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["stranger.pub"]))
     stats = result["stats"]
     assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] >= 1, stats
     assert result["stderr"].count("rejected a") == 1, result["stderr"][-2000:]
-    torch.testing.assert_close(torch.load(result["output"]), torch.load(plain["output"]))
+    torch.testing.assert_close(torch.load(result["output"]), plain_output)
 
 
 def _copy(source_url: str, target_url: str) -> None:
@@ -222,7 +209,8 @@ def _copy(source_url: str, target_url: str) -> None:
 
 def test_flipped_bytes_in_every_artifact_are_compiled_instead(signed_sweep: str, tmp_path: Path,
                                                               keys: dict[str, Path],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              plain_output: torch.Tensor) -> None:
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     _copy(signed_sweep, url)
     engine = sa.create_engine(url)
@@ -233,11 +221,10 @@ def test_flipped_bytes_in_every_artifact_are_compiled_instead(signed_sweep: str,
             payload[len(payload) // 2] ^= 0xFF
             conn.execute(sa.text("UPDATE artifacts SET payload = :p WHERE id = :i"), {"p": bytes(payload), "i": row_id})
     engine.dispose()
-    plain = job(tmp_path, "--no-hook", name="plain")
     result = _run_job(tmp_path, url, "flipped", monkeypatch, AUTOTUNE_TRUSTED_KEYS=str(keys["writer.pub"]))
     stats = result["stats"]
     assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] == len(rows), stats
-    torch.testing.assert_close(torch.load(result["output"]), torch.load(plain["output"]))
+    torch.testing.assert_close(torch.load(result["output"]), plain_output)
 
 
 def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(

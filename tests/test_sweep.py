@@ -28,7 +28,10 @@ def _sweep(url: str, **options: object) -> object:
     return run_sweep(SweepOptions(TINY, **options), Settings.from_env(cache=url, device="cpu"))  # type: ignore[arg-type]
 
 
-def test_sweep_stores_every_request_then_skips_them(store_url: str) -> None:
+def test_sweep_stores_every_request_then_skips_them(postgres_url: str) -> None:
+    # Into PostgreSQL only: full sweeps into SQLite run in every other sweep test (and in
+    # the session's signed sweep, tests/conftest.py), and a CPU sweep costs about a minute.
+    store_url = postgres_url
     report = _sweep(store_url)
     assert (report.found, report.tuned, report.failed, report.cached) == (2, 2, 0, 0), _debug(report)
     with Store(store_url) as store:
