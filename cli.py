@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from inductor_glue.modelfile import ModelFileError
 from autotune.plan import shape_summary
-from autotune.settings import Settings, SettingsError
+from autotune.settings import ON_MISS, Settings, SettingsError
 from cache import (
     ARTIFACT_KINDS,
     ArtifactInfo,
@@ -726,7 +726,7 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
-@click.option("--on-miss", type=click.Choice(["tune", "aten", "error"]), help="On a miss [default: tune].")
+@click.option("--on-miss", type=click.Choice(ON_MISS), help="On a miss [default: tune].")
 @click.option("--write-back/--no-write-back", default=None, help="Store the results of misses [default: on].")
 @click.option("--read-only", is_flag=True, default=None, help="Never write to the cache.")
 @click.option("--signing-key", metavar="PATH", help="Sign and publish what this job compiles anew "

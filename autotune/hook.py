@@ -70,6 +70,8 @@ class HookStats:
     # Hits whose stored winner was not among the generated choices (a pin that did
     # not match): the best remaining choice was used. Should stay 0.
     winner_not_generated: int = 0
+    # Misses served with on_miss="nearest" from the nearest swept shape (still misses).
+    nearest: int = 0
     # Pointwise/reduction configs served from the cache, and copied into it.
     kernel_configs_loaded: int = 0
     kernel_configs_saved: int = 0
@@ -117,6 +119,9 @@ class ServePolicy:
         self._logged_misses: set[str] = set()  # request keys
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
         self._pins: dict[str, PinIndex | None] = {}  # device type -> stored winners
+        self._results: dict[str, list[TuningResult]] = {}  # environment key -> its stored results
+        self._nearest: dict[str, Any] = {}  # environment key -> NearestIndex
+        self._served_nearest: set[str] = set()  # request keys
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
@@ -208,10 +213,39 @@ class ServePolicy:
             aten = [c for c in choices if isinstance(c, sa.ExternKernelCaller)]
             fastest = aten[0] if aten else choices[0]
             return {c: (0.0 if c is fastest else math.inf) for c in choices}
+        if on_miss == "nearest":
+            served = self._serve_nearest(env, request, choices)
+            if served is not None:
+                return served
         timings = default()
         if benchmark is not None and timings and len(timings) == len(choices):
             self._write_back(env, request, choices, timings)
         return timings
+
+    def _serve_nearest(self, env: Environment, request: TuningRequest, choices: list[Any]) -> Timings | None:
+        """The nearest swept shape's kind of kernel, without benchmarking (see autotune/nearest.py)."""
+        from .nearest import NearestIndex, match_choice
+
+        if env.key not in self._nearest:
+            self._nearest[env.key] = NearestIndex(self._env_results(env))
+        stored = self._nearest[env.key].nearest(request)
+        if stored is None or stored.winner is None:
+            return None
+        chosen = match_choice(stored.winner, [(c, describe_choice(c, None)) for c in choices])
+        if chosen is None:
+            return None
+        if request.key not in self._served_nearest:  # Inductor may ask twice
+            self._served_nearest.add(request.key)
+            self.stats.nearest += 1
+            log.info("autotune: %s served from the nearest swept shape %s (%s)", shape_summary(request),
+                     shape_summary(stored.request), stored.winner.name)
+        return {c: (0.0 if c is chosen else 1.0) for c in choices}
+
+    def _env_results(self, env: Environment) -> list[TuningResult]:
+        """Every stored result of env, read once per process (pinning and nearest use them)."""
+        if env.key not in self._results:
+            self._results[env.key] = self._call(lambda store: store.results_for_env(env)) or []
+        return self._results[env.key]
 
     def _log_miss(self, env: Environment, request: TuningRequest) -> None:
         if request.key in self._logged_misses:
@@ -258,8 +292,7 @@ class ServePolicy:
         if device not in self._pins:
             from inductor_glue.env import current_environment
 
-            env = current_environment(device)  # inside the compile: the job's real config
-            results = self._call(lambda store: store.results_for_env(env))
+            results = self._env_results(current_environment(device))  # inside the compile: the job's config
             self._pins[device] = PinIndex(results) if results else None
         return self._pins[device]
 
@@ -423,7 +456,9 @@ def warm_start(
 
     ``cache`` is a database URL (None: ``AUTOTUNE_CACHE`` or the embedded SQLite
     file). ``on_miss`` is "tune" (benchmark as usual), "aten" (take ATen without
-    benchmarking) or "error" (raise, naming the request). A second call replaces
+    benchmarking), "error" (raise, naming the request) or "nearest" (take the kernel
+    the sweep chose for the nearest shape it swept, within 4x in every dimension, without
+    benchmarking; tune if there is none). Every miss is logged for the next sweep. A second call replaces
     the first. Nothing here connects to the database: the first lookup does, so
     a cache that is down costs one warning, never the job.
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 ENV_PREFIX = "AUTOTUNE_"
+# What the hook does on a miss: benchmark as max-autotune does, take ATen, raise, or serve
+# the nearest swept shape's kernel (then tune if there is none; autotune/nearest.py).
+ON_MISS = ("tune", "aten", "error", "nearest")
 
 
 class SettingsError(ValueError):
@@ -65,7 +68,7 @@ class Settings:
     # Sweeps sharing a database lease each request; a lease not renewed for this long
     # (its sweep died) is taken over by another sweep.
     lease_seconds: float = 60.0
-    # Hook: what to do on a miss ("tune", "aten", "error").
+    # Hook: what to do on a miss (one of ON_MISS).
     on_miss: str = "tune"
     # Hook: store misses' benchmark results under the sweep's keys.
     write_back: bool = True
@@ -115,9 +118,9 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        if self.on_miss not in ("tune", "aten", "error"):
+        if self.on_miss not in ON_MISS:
             raise SettingsError(
-                f"on_miss={self.on_miss!r} is not one of tune, aten, error (AUTOTUNE_ON_MISS)"
+                f"on_miss={self.on_miss!r} is not one of {', '.join(ON_MISS)} (AUTOTUNE_ON_MISS)"
             )
         if self.workers < 1:
             raise SettingsError(f"workers={self.workers} must be at least 1 (AUTOTUNE_WORKERS)")

@@ -1,7 +1,7 @@
 """A training-job stand-in for hook tests, run in a fresh process with a fresh Inductor cache.
 
 usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
-       [--entry NAME] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
+       [--entry NAME] [--batch-size N] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
        [--ready-file PATH --go-file PATH]
 
 It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
@@ -47,6 +47,7 @@ def main() -> int:
     parser.add_argument("--on-miss", default="tune")
     parser.add_argument("--no-hook", action="store_true")
     parser.add_argument("--entry", default="example")
+    parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--pause-file")
     parser.add_argument("--resume-file")
@@ -77,14 +78,14 @@ def main() -> int:
     for index, entry in enumerate(entries):
         if index and args.pause_file:  # let the test stop the database between the two compiles
             _handshake(args.pause_file, args.resume_file)
-        model, inputs = getattr(tiny_mlp, entry)()
+        model, inputs = getattr(tiny_mlp, entry)(args.batch_size)
         began = time.perf_counter()
         with torch.no_grad():
             outputs.append(torch.compile(model, mode="max-autotune")(*inputs))
         compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)
-    model, inputs = getattr(tiny_mlp, args.entry)()  # a fresh copy: freezing may change the compiled one
+    model, inputs = getattr(tiny_mlp, args.entry)(args.batch_size)  # a fresh copy: freezing may change the compiled one
     with torch.no_grad():
         torch.save(model(*inputs), args.out + ".eager.pt")
     result = {
