@@ -661,7 +661,10 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
 @click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
 @click.option("--mode", help="torch.compile mode to capture and tune with [default: max-autotune].")
 @click.option("--inductor-config", multiple=True, metavar="KEY=VALUE", help="Inductor config override (repeatable).")
-@click.option("--batch-sizes", metavar="N,N,...", help="Capture each of these batch sizes.")
+@click.option("--batch-sizes", metavar="N,N,...", help="Capture each of these batch sizes; with several, also the "
+              "graph a job recompiles with a dynamic batch when its batch size changes (in this order).")
+@click.option("--dynamic", is_flag=True, help="Capture with the batch dimension dynamic from the start, as a job "
+              "compiling with dynamic=True (or torch._dynamo.mark_dynamic on dim 0) asks.")
 @click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Target device [default: cuda if present].")
 @click.option("--address", help="Join this Ray cluster instead of starting Ray locally.")
@@ -675,9 +678,9 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
               "compile with this private key [default: $AUTOTUNE_SIGNING_KEY].")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
-          batch_sizes: str | None, train: bool, device: str | None, address: str | None, workers: int | None,
-          gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
-          signing_key: str | None, as_json: bool) -> None:
+          batch_sizes: str | None, dynamic: bool, train: bool, device: str | None, address: str | None,
+          workers: int | None, gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool,
+          misses: bool, signing_key: str | None, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
     Several models make one queue: the union of their requests is tuned once. Sweeps
@@ -691,6 +694,8 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
         autotune sweep examples/mlp.py
         autotune sweep examples/resnet.py examples/gpt.py --cache postgresql://tuner@db/kernels
         autotune sweep model.py --batch-sizes 1,8,32 --dry-run --json
+        autotune sweep model.py --batch-sizes 64,128   # also what a job recompiles when its batch changes
+        autotune sweep model.py --dynamic --batch-sizes 64   # jobs compiling with dynamic=True
         autotune sweep --misses
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
     """
@@ -702,7 +707,7 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
                          gpus=gpus, request_timeout=request_timeout, signing_key=signing_key)
     _check_keys(settings)
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
-                           batch_sizes=_batch_sizes(batch_sizes),
+                           batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
     progress = _RichProgress(_err())

@@ -53,6 +53,7 @@ class SweepOptions:
     model_path: str | None
     entry: str = "example"
     batch_sizes: tuple[int | None, ...] = (None,)
+    dynamic: bool = False  # the batch dimension dynamic from the first call (inductor_glue.capture)
     inductor_config: tuple[str, ...] = ()
     train: bool = False
     force: bool = False
@@ -271,7 +272,7 @@ def _load(path: str, options: SweepOptions, local: bool) -> ModelFile:
 def _capture_kwargs(options: SweepOptions, settings: Settings, device: str) -> dict[str, Any]:
     return dict(batch_sizes=options.batch_sizes, mode=settings.mode,
                 inductor_config=parse_config_overrides(options.inductor_config), train=options.train,
-                device=device)
+                device=device, dynamic=options.dynamic)
 
 
 def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None) -> PoolStarter:

@@ -760,6 +760,13 @@ def _wait_gone(admin: Any, backend: int | None, timeout: float = 30) -> None:
 # ------------------------------------------------- sweeps and their workers killed
 
 
+def tiny_mlp_requests(batch_sizes: str) -> int:
+    """tiny_mlp's two GEMMs per batch size, and per graph recompiled with a dynamic batch
+    (one, when there are several sizes: see inductor_glue.capture)."""
+    sizes = len(batch_sizes.split(","))
+    return 2 * sizes + (2 if sizes > 1 else 0)
+
+
 def sweep_command(url: str, batch_sizes: str) -> list[str]:
     return [sys.executable, "-m", "cli", "sweep", str(TINY), "--device", "cpu", "--batch-sizes", batch_sizes,
             "--cache", url, "--json"]
@@ -823,7 +830,7 @@ TUNING_PROCESSES = ("ray::TuningWorker", "workers.child")
 def _kill_sweep(url: str, batch_sizes: str, rng: Any, workdir: Path, grace: float) -> dict[str, Any]:
     """Run a sweep and SIGKILL it at a random moment of its tuning: a random job, a
     random delay after that job started benchmarking. What it leaves behind."""
-    remaining = len(batch_sizes.split(",")) * 2 - _ok_rows(url)  # tiny_mlp: two GEMMs per batch size
+    remaining = tiny_mlp_requests(batch_sizes) - _ok_rows(url)
     target = rng.randint(1, max(1, remaining - 1))  # and leave at least one for the re-run
     sweep = subprocess.Popen(sweep_command(url, batch_sizes), cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=(workdir / "killed_sweep.err").open("w"), text=True)

@@ -96,7 +96,7 @@ def importers_into_fresh_postgres(rounds: int, per_round: int = 6) -> faults.Out
 
 
 def sweep_on_full_disk() -> faults.Outcome:
-    out = faults.Outcome("a real sweep (tests/models/tiny_mlp.py, batch sizes 4,8,16: 6 requests) on a full disk",
+    out = faults.Outcome("a real sweep (tests/models/tiny_mlp.py, batch sizes 4,8,16: 8 requests) on a full disk",
                          "one Error line, no traceback; stops at the first refused result; exit 1; "
                          "summary counts stored / not stored / not run; file intact", True)
     with tmpfs() as directory:
@@ -153,7 +153,7 @@ def scenarios(writers: list[int], rounds: int) -> Iterator[Callable[[], faults.O
         with pg_database() as url:
             return faults.killed_job_mid_write_back(url, 3, faults.scratch())
     yield write_back
-    # tiny_mlp at batch sizes 4,8,16: 6 requests; SQLite killed twice, PostgreSQL once.
+    # tiny_mlp at batch sizes 4,8,16: 8 requests (3 static graphs, 1 dynamic); SQLite killed twice, PostgreSQL once.
     for backend, kills_n, grace in ((sqlite_database, 2, 60.0), (pg_database, 1, 10.0)):
         def sweeps(backend: Callable[[], object] = backend, kills_n: int = kills_n, grace: float = grace) \
                 -> faults.Outcome:

@@ -85,15 +85,21 @@ class InputLayout:
     offset: int
     dtype: str  # e.g. "torch.bfloat16"
     device: str  # device type, e.g. "cuda" (never an index)
+    # Dimensions whose size is symbolic in the graph (dynamic shapes); sizes then hold
+    # Inductor's size hints, as inputs_key does.
+    symbolic: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "sizes": list(self.sizes),
             "strides": list(self.strides),
             "offset": self.offset,
             "dtype": self.dtype,
             "device": self.device,
         }
+        if self.symbolic:  # absent for static inputs: rows written before dynamic shapes stay equal
+            data["symbolic"] = list(self.symbolic)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> InputLayout:
@@ -103,6 +109,7 @@ class InputLayout:
             offset=int(data["offset"]),
             dtype=str(data["dtype"]),
             device=str(data["device"]),
+            symbolic=tuple(int(d) for d in data.get("symbolic", ())),
         )
 
 
@@ -123,7 +130,13 @@ class TuningRequest:
 
     @property
     def key(self) -> str:
-        return digest(self.op, self.inputs_key, self.precision)
+        symbolic = tuple(i.symbolic for i in self.inputs)
+        if not any(symbolic):
+            return digest(self.op, self.inputs_key, self.precision)
+        # inputs_key holds size hints only, so a graph with a dynamic batch asks with the
+        # same inputs_key as the static graph of that size, but gets other candidates
+        # (kernels for a symbolic size): it is another request.
+        return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic)
 
     def to_json(self) -> dict[str, Any]:
         return {

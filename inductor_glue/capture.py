@@ -106,14 +106,36 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
-def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str) -> None:
+def _mark_batch_dynamic(inputs: tuple[Any, ...]) -> None:
+    """Dimension 0 of every tensor input symbolic, as a job compiling with dynamic shapes has it."""
+    import torch
+
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] > 1:  # 0 and 1 are always specialized
+            torch._dynamo.mark_dynamic(x, 0)
+
+
+def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str,
+              later_inputs: tuple[tuple[Any, ...], ...] = (), mark_batch: bool = False) -> None:
+    """Compile module, call it on inputs, then on each of later_inputs (same compiled
+    module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
+    shapes do in a job); with mark_batch the batch dimension is dynamic from the start."""
     import torch
 
     if isinstance(module, torch.nn.Module):
         module = module.to(device)
         module.train(train)
-    inputs = tuple(_to_device(x, device) for x in inputs)
     compiled = torch.compile(module, mode=mode)
+    for call_inputs in (inputs, *later_inputs):
+        call_inputs = tuple(_to_device(x, device) for x in call_inputs)
+        if mark_batch:
+            _mark_batch_dynamic(call_inputs)
+        _call(compiled, call_inputs, train)
+
+
+def _call(compiled: Any, inputs: tuple[Any, ...], train: bool) -> None:
+    import torch
+
     if not train:
         with torch.no_grad():
             compiled(*inputs)
@@ -226,10 +248,15 @@ def capture_model(
     inductor_config: dict[str, Any] | None = None,
     train: bool = False,
     device: str = "cpu",
+    dynamic: bool = False,
     on_request: Callable[[TuningRequest, Environment | None], None] | None = None,
 ) -> CaptureResult:
-    """Compile ``model`` once per batch size in dry-run mode and list its requests.
+    """Compile ``model`` in dry-run mode and list its requests.
 
+    Once per batch size; with several, once more calling one compiled model on each in
+    turn, which recompiles it with a dynamic batch (automatic dynamic shapes, what a
+    job whose batch size changes compiles). ``dynamic``: the batch dimension is dynamic
+    from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead.
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on.
     """
@@ -239,17 +266,22 @@ def capture_model(
     policy = CapturePolicy(device=device, on_request=on_request)
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
-    for batch_size in batch_sizes:
-        module, inputs = model.build(batch_size)  # may itself set config: read overrides after
+    sessions = [[b] for b in batch_sizes]
+    if len(batch_sizes) > 1 and not dynamic:
+        sessions.append(list(batch_sizes))
+    for session in sessions:
+        builds = [model.build(b) for b in session]  # may itself set config: read overrides after
         overrides = {**model.config_overrides, **(inductor_config or {})}
-        log.info("capturing %s batch_size=%s mode=%s", model.path, batch_size, mode)
+        (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
+        log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session, mode, dynamic)
         with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
             try:
-                _run_once(module, inputs, mode, train, device)
+                _run_once(module, inputs, mode, train, device, later, mark_batch=dynamic)
             except Exception as exc:  # the model's own error, or one its graph hits in Inductor
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
+                sizes = ",".join(str(b or "") for b in session)
                 raise ModelFileError(
-                    f"{model.path}: compiling and running {model.entry}({batch_size or ''}) raised "
+                    f"{model.path}: compiling and running {model.entry}({sizes}) raised "
                     f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"
                 ) from exc
     requests = [observed.to_request() for observed in policy.seen.values()]

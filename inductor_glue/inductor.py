@@ -170,9 +170,15 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
                 sizes=tuple(int(s) for s in key[2 : 2 + ndim]),
                 strides=tuple(int(s) for s in key[2 + ndim : 2 + 2 * ndim]),
                 offset=int(key[2 + 2 * ndim]),
+                symbolic=_symbolic_dims(node),
             )
         )
     return tuple(layouts)
+
+
+def _symbolic_dims(node: Any) -> tuple[int, ...]:
+    """Dimensions of node whose size is an expression in the graph's size symbols."""
+    return tuple(d for d, size in enumerate(node.get_size()) if getattr(size, "free_symbols", None))
 
 
 def _current_node_params() -> dict[str, Any]:

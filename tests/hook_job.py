@@ -1,7 +1,7 @@
 """A training-job stand-in for hook tests, run in a fresh process with a fresh Inductor cache.
 
 usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
-       [--entry NAME] [--batch-size N] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
+       [--entry NAME] [--batch-size N] [--dynamic] [--next-batch-size N] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
        [--ready-file PATH --go-file PATH]
 
 It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
@@ -48,6 +48,9 @@ def main() -> int:
     parser.add_argument("--no-hook", action="store_true")
     parser.add_argument("--entry", default="example")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    parser.add_argument("--next-batch-size", type=int, default=None,
+                        help="call the compiled model again on this batch size (automatic dynamic shapes)")
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--pause-file")
     parser.add_argument("--resume-file")
@@ -80,8 +83,11 @@ def main() -> int:
             _handshake(args.pause_file, args.resume_file)
         model, inputs = getattr(tiny_mlp, entry)(args.batch_size)
         began = time.perf_counter()
+        compiled = torch.compile(model, mode="max-autotune", dynamic=True if args.dynamic else None)
         with torch.no_grad():
-            outputs.append(torch.compile(model, mode="max-autotune")(*inputs))
+            outputs.append(compiled(*inputs))
+            if args.next_batch_size:  # a new batch size: the model recompiles with a dynamic batch
+                compiled(getattr(tiny_mlp, entry)(args.next_batch_size)[1][0])
         compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)

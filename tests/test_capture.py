@@ -32,10 +32,13 @@ def test_capture_merges_identical_requests() -> None:
     assert len(result.requests) == 1
 
 
-def test_capture_each_batch_size() -> None:
+def test_capture_each_batch_size_and_the_dynamic_recompile_between_them() -> None:
     result = capture_file(TINY, batch_sizes=(1, 8))
-    batches = sorted({r.inputs[0].sizes[0] for r in result.requests})
-    assert len(result.requests) == 4 and batches == [1, 8]
+    static = [r for r in result.requests if not any(i.symbolic for i in r.inputs)]
+    dynamic = [r for r in result.requests if any(i.symbolic for i in r.inputs)]
+    assert len(static) == 4 and sorted({r.inputs[0].sizes[0] for r in static}) == [1, 8]
+    # A job calling the model at batch 1, then 8, recompiles it with a dynamic batch (hint 8).
+    assert len(dynamic) == 2 and {(r.inputs[0].sizes[0], r.inputs[0].symbolic) for r in dynamic} == {(8, (0,))}
 
 
 @pytest.mark.parametrize(

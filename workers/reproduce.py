@@ -130,6 +130,35 @@ def _packed_linear(request: TuningRequest, device: str, gen: torch.Generator) ->
     return OneOpGraph(linear, (x,), reference)
 
 
+_UNARY = {"none": None, "relu": torch.relu}
+
+
+def _linear_pointwise(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    """CPU mkldnn linear with a fused unary op (freezing with a dynamic batch): a frozen
+    nn.Linear of the recorded shape, followed by that op. The op is the ATen choice's
+    ``attr`` (the FX node can still say "none" when a fusion pass added the op)."""
+    attr = str(request.params.get("aten", {}).get("attr", "none"))
+    if attr not in _UNARY:
+        raise UnsupportedRequest(f"linear_unary with attr {attr!r} has no one-op reproduction")
+    x_layout, weight_layout = request.inputs[0], request.inputs[1]
+    out_features, in_features = weight_layout.sizes[:2]
+    dtype = _dtype(x_layout.dtype)
+    linear = torch.nn.Linear(in_features, out_features, bias=len(request.inputs) > 2).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
+    unary = _UNARY[attr]
+    module = torch.nn.Sequential(linear, torch.nn.ReLU()) if unary is not None else torch.nn.Sequential(linear)
+    module = module.eval().requires_grad_(False)
+    x = make_input(x_layout, device, gen)
+
+    def reference() -> torch.Tensor:
+        bias = None if linear.bias is None else linear.bias.float()
+        out = torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
+        return unary(out) if unary is not None else out
+
+    return OneOpGraph(module, (x,), reference)
+
+
 BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]] = {
     "mm": _matmul,
     "bmm": _matmul,
@@ -137,6 +166,7 @@ BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]]
     "baddbmm": _matmul,
     "convolution": _convolution,
     "packed_linear": _packed_linear,
+    "linear_unary": _linear_pointwise,
 }
 
 
@@ -160,7 +190,17 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
     if builder is None:
         raise UnsupportedRequest(f"op {request.op} has no one-op reproduction")
     generator = torch.Generator().manual_seed(seed)
-    return builder(request, device, generator)
+    graph = builder(request, device, generator)
+    _mark_symbolic(graph.inputs, request)
+    return graph
+
+
+def _mark_symbolic(inputs: tuple[torch.Tensor, ...], request: TuningRequest) -> None:
+    """Make the dimensions that were symbolic in the model symbolic here too (each
+    builder's inputs come in the order of the request's, as far as they go)."""
+    for tensor, layout in zip(inputs, request.inputs):
+        for dim in layout.symbolic:
+            torch._dynamo.mark_dynamic(tensor, dim)
 
 
 def tolerance(dtype: torch.dtype, precision: str) -> float:
