@@ -124,6 +124,11 @@ PHASES: tuple[str, ...] = ("setup", "dynamo", "aot", "lowering", "tune", "codege
 PHASE_LABELS: tuple[str, ...] = ("setup", "dyn", "aot", "low", "tune", "gen", "kern", "run")
 BENCH_KINDS: tuple[str, ...] = ("gemm_autotune", "pointwise_autotune", "coordinate_descent", "benchmarker_calls")
 BENCHMARKING_MODULE = "torch._inductor.runtime.benchmarking"
+# --dynamic: torch.compile's ``dynamic`` argument. "auto" keeps torch's default (None) and
+# calls the model a second time at twice the batch size, after the first call: that
+# call recompiles with a dynamic batch (automatic dynamic shapes), as a job does whose
+# batch size changes. Without --dynamic the child passes nothing (torch's default).
+DYNAMIC: dict[str, bool | None] = {"static": False, "auto": None, "true": True}
 
 
 # ============================================================== shared (no torch)
@@ -371,33 +376,47 @@ class Prepared:
     inputs: tuple[Any, ...]
     train_step: Callable[..., Any] | None = None
     optimizer: Any = None
+    second_inputs: tuple[Any, ...] | None = None  # --dynamic auto: the inputs at twice the batch size
 
     @property
     def train(self) -> bool:
         return self.train_step is not None
 
 
-def _prepare(path: str, batch_size: int | None, device: str) -> Prepared:
+def _prepare(path: str, batch_size: int | None, device: str, dynamic: str | None = None) -> Prepared:
     import torch
 
     file_module = _load_model_file(path)
     module, inputs = file_module.example(batch_size) if batch_size is not None else file_module.example()
     inputs = tuple(_to(x, device) for x in inputs)
+    second = _second_inputs(file_module, batch_size, device) if dynamic == "auto" else None
     train_step = getattr(file_module, "train_step", None)
     if not callable(train_step):
         if isinstance(module, torch.nn.Module):
             module = module.to(device).eval()
-        return Prepared(module, inputs)
+        return Prepared(module, inputs, second_inputs=second)
     module = module.to(device).train()
     make = getattr(file_module, "make_optimizer", None)
     optimizer = make(module) if callable(make) else torch.optim.AdamW(module.parameters())
-    return Prepared(module, inputs, train_step, optimizer)
+    return Prepared(module, inputs, train_step, optimizer, second_inputs=second)
 
 
-def _torch_compile(fn: Any, mode: str) -> Any:
+def _second_inputs(file_module: ModuleType, batch_size: int | None, device: str) -> tuple[Any, ...]:
+    """The inputs at twice the batch size, from ``example()`` itself (the contract knows
+    where the batch is); the module built with them is dropped."""
+    if batch_size is None:
+        raise ValueError("--dynamic auto needs --batch-size (the second call runs at twice that)")
+    _, inputs = file_module.example(2 * batch_size)
+    return tuple(_to(x, device) for x in inputs)
+
+
+def _torch_compile(fn: Any, mode: str, dynamic: str | None = None) -> Any:
     import torch
 
-    return torch.compile(fn) if mode == "default" else torch.compile(fn, mode=mode)
+    kwargs: dict[str, Any] = {} if mode == "default" else {"mode": mode}
+    if dynamic is not None:
+        kwargs["dynamic"] = DYNAMIC[dynamic]
+    return torch.compile(fn, **kwargs)
 
 
 @dataclass
@@ -429,13 +448,14 @@ class OptimizerProbe:
 
 
 def _compile_workload(prepared: Prepared, mode: str, args: argparse.Namespace, counter: BenchmarkCounter,
-                      sync: Callable[[], None]) -> tuple[Callable[[], Any], OptimizerProbe | None]:
-    """torch.compile the model (and the optimizer step); return one call or one training step."""
+                      sync: Callable[[], None]) -> tuple[Callable[[tuple[Any, ...]], Any], OptimizerProbe | None]:
+    """torch.compile the model (and the optimizer step, whose shapes never change, so with
+    torch's default ``dynamic``); return one call or one training step on given inputs."""
     import torch
 
-    compiled = _torch_compile(prepared.module, mode)
+    compiled = _torch_compile(prepared.module, mode, getattr(args, "dynamic", None))
     if not prepared.train:
-        return (lambda: compiled(*prepared.inputs)), None
+        return (lambda inputs: compiled(*inputs)), None
     probe = OptimizerProbe(compiled=args.optimizer_step == "compiled")
     step = prepared.optimizer.step
     if probe.compiled:
@@ -447,9 +467,9 @@ def _compile_workload(prepared: Prepared, mode: str, args: argparse.Namespace, c
         with torch._dynamo.config.patch(**no_precompile):
             step = _torch_compile(step, mode)
     probe.install(prepared.optimizer, step, counter, sync)
-    train_step, optimizer, inputs = prepared.train_step, prepared.optimizer, prepared.inputs
+    train_step, optimizer = prepared.train_step, prepared.optimizer
     assert train_step is not None
-    return (lambda: train_step(compiled, optimizer, inputs)), probe
+    return (lambda inputs: train_step(compiled, optimizer, inputs)), probe
 
 
 def _setup(args: argparse.Namespace, result: dict[str, Any]) -> Any:
@@ -606,12 +626,13 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    prepared = _prepare(args.model, args.batch_size, device)
+    prepared = _prepare(args.model, args.batch_size, device, args.dynamic)
     if device == "cuda":
         torch.ones(1, device=device).sum().item()  # CUDA context up before the clock starts
     mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
     mode = MODES[args.scenario]
-    result.update(device=device, mode=mode, train=prepared.train, caching_precompile=bool(args.precompile))
+    result.update(device=device, mode=mode, train=prepared.train, caching_precompile=bool(args.precompile),
+                  dynamic=args.dynamic)
 
     with contextlib.nullcontext() if prepared.train else torch.no_grad():
         profiler = _FirstCallProfile.from_env(args)
@@ -622,10 +643,10 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
         setup_s = time.perf_counter() - start
         work, probe = _compile_workload(prepared, mode, args, counter, sync)
 
-        def call() -> Any:
+        def call(inputs: tuple[Any, ...] = prepared.inputs) -> Any:
             if mark_step is not None and device == "cuda":
                 mark_step()  # max-autotune uses CUDA graphs; each call is a new step
-            return work()
+            return work(inputs)
 
         call()
         sync()
@@ -640,6 +661,9 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
             result["hook_install_s"] = setup_s
         if probe is not None:
             result["optimizer"] = probe.as_dict()
+        if prepared.second_inputs is not None:
+            result["recompile"] = _second_call(call, prepared.second_inputs, sync, counter, handle)
+            first_bench = _benchmarks(counter)  # bench_after_first_call: after the recompile too
         if args.save_artifacts:
             result["megacache_saved"] = _save_megacache(args.save_artifacts)
         wall_ms, gpu_ms = _measure(call, sync, device, args.runs, args.warmup)
@@ -652,6 +676,27 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
                   cudagraph_skips=_inductor_counter("cudagraph_skips"))
     if handle is not None:
         _record_hook(result, handle)
+
+
+def _second_call(call: Callable[[tuple[Any, ...]], Any], inputs: tuple[Any, ...], sync: Callable[[], None],
+                 counter: BenchmarkCounter, handle: Any) -> dict[str, Any]:
+    """``--dynamic auto``: one call at twice the batch size, right after the first call.
+    Dynamo recompiles with a dynamic batch; this records what that costs: seconds, graphs
+    compiled, benchmarks of every kind, and the hook's lookups during it."""
+    from torch._dynamo.utils import counters
+
+    hook_before = handle.stats.as_dict() if handle is not None else None
+    bench_before, graphs_before = _benchmarks(counter), int(counters["stats"]["unique_graphs"])
+    start = time.perf_counter()
+    call(inputs)
+    sync()
+    out: dict[str, Any] = {"seconds": time.perf_counter() - start, "batch_factor": 2,
+                           "graphs": int(counters["stats"]["unique_graphs"]) - graphs_before,
+                           "bench": _minus(_benchmarks(counter), bench_before)}
+    if hook_before is not None:
+        after = handle.stats.as_dict()
+        out["hook"] = {key: after[key] - hook_before[key] for key in ("hits", "misses", "written", "errors")}
+    return out
 
 
 def _record_hook(result: dict[str, Any], handle: Any) -> None:
@@ -873,6 +918,8 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace,
         return {"scenario": scenario, "status": "error", "error": str(skip)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "_scenario", "--model", run.path, "--scenario", scenario,
            "--runs", str(args.runs), "--warmup", str(args.warmup), "--optimizer-step", args.optimizer_step] + flags
+    if getattr(args, "dynamic", None):
+        cmd += ["--dynamic", args.dynamic]
     if args.batch_size is not None:
         cmd += ["--batch-size", str(args.batch_size)]
     if args.kernel_profile:
@@ -973,7 +1020,11 @@ def run_sweep(run: ModelRun, args: argparse.Namespace, log_path: Path | None) ->
 
 def _sweep_totals(report: dict[str, Any]) -> dict[str, Any]:
     totals = report.get("totals", {})
-    return {"sweep_wall_s": totals.get("wall_seconds"), "capture_s": totals.get("capture_seconds"),
+    statuses: dict[str, int] = {}  # per request: ok, cached, key_mismatch, compile_error, ...
+    for request in report.get("requests") or ():
+        statuses[str(request.get("status"))] = statuses.get(str(request.get("status")), 0) + 1
+    return {"statuses": statuses,
+            "sweep_wall_s": totals.get("wall_seconds"), "capture_s": totals.get("capture_seconds"),
             "found": totals.get("found"), "cached": totals.get("cached"), "tuned": totals.get("tuned"),
             "failed": totals.get("failed"), "device_name": report.get("device_name"),
             "startup_s": totals.get("startup_seconds"), "tuning_s": totals.get("tuning_seconds"),
@@ -1164,6 +1215,16 @@ def _other_notes(r: dict[str, Any]) -> str:
     caches = r.get("caches")
     if caches:
         notes += "; caches " + ", ".join(f"{k.replace('_cache', '')} {v}" for k, v in sorted(caches.items()))
+    recompile = r.get("recompile")
+    if recompile:
+        hook = recompile.get("hook") or {}
+        lookups = f", hits/misses {hook.get('hits')}/{hook.get('misses')}" if hook else ""
+        notes += (f"; dynamic={r.get('dynamic')}: the call at 2x batch took "
+                  f"{_fmt(recompile.get('seconds'), '.1f')} s, "
+                  f"{recompile.get('graphs')} graphs, {benchmark_total(recompile.get('bench')) or 0} benchmarks"
+                  f"{lookups}")
+    elif r.get("dynamic"):
+        notes += f"; dynamic={r['dynamic']}"
     later = benchmark_total(r.get("bench_after_first_call"))
     if later:
         notes += f"; {later} benchmarks after the first call"
@@ -1459,6 +1520,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-tmp", action="store_true", help="keep the per-model temporary caches")
     parser.add_argument("--kernel-profile", action="store_true",
                         help="also record GPU time per kernel (10 profiled calls after the timed ones)")
+    parser.add_argument("--dynamic", choices=tuple(DYNAMIC), default=None,
+                        help="torch.compile(dynamic=False|None|True) for every scenario (default: torch's own); "
+                        "auto also calls at twice --batch-size after the first call, which recompiles with a "
+                        "dynamic batch, and records that recompile")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -1479,6 +1544,7 @@ def _child_parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--load-artifacts", metavar="PATH", default=None,
                             help="load this Mega-cache file first, inside the timed first call")
         parser.add_argument("--precompile", action="store_true", help="torch._dynamo.config.caching_precompile")
+        parser.add_argument("--dynamic", choices=tuple(DYNAMIC), default=None)
     return parser
 
 
@@ -1494,6 +1560,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().setLevel(logging.DEBUG)
     if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
         raise SystemExit("--runs must be >= 1, --warmup >= 0 and --timeout > 0")
+    if args.dynamic == "auto" and args.batch_size is None:
+        raise SystemExit("--dynamic auto needs --batch-size: its second call runs at twice that")
     return benchmark(args)
 
 

@@ -152,3 +152,16 @@ def test_markdown_renders_new_and_old_rows(ct: ModuleType) -> None:
     assert "0.1/0.1/0.1/0.1/0.1/0.1/0.1/0.1" in text and "caching_precompile on" in text
     assert "no keys \\| here" in text  # a pipe in an error cannot break the table
     assert "sweep exited 2 second line" in text  # nor can a newline
+
+
+def test_dynamic_option(ct: ModuleType) -> None:
+    with pytest.raises(SystemExit, match="needs --batch-size"):
+        ct.main(["--dynamic", "auto", "--models", "mlp"])
+    assert ct.DYNAMIC == {"static": False, "auto": None, "true": True}
+    row = ct._row("warm-start", {"status": "ok", "first_call_s": 5.0, "median_ms": 1.0, "dynamic": "auto",
+                                 "recompile": {"seconds": 3.0, "graphs": 1, "bench": {"gemm_autotune": 2},
+                                               "hook": {"hits": 0, "misses": 2}}})
+    assert "the call at 2x batch took 3.0 s, 1 graphs, 2 benchmarks, hits/misses 0/2" in row[-1]
+    assert ct._sweep_totals({"totals": {"found": 3}, "requests": [{"status": "ok"}, {"status": "key_mismatch"},
+                                                                  {"status": "ok"}]})["statuses"] == {
+        "ok": 2, "key_mismatch": 1}

@@ -1,0 +1,763 @@
+"""Model-zoo conformance: is every autotune request of a model captured, reproduced,
+tuned and then hit?
+
+For each zoo model (``benchmarks/zoo``) and mode (``infer``: bf16 eval; ``train``: one
+training step, fp32 parameters under bf16 autocast, forward + backward + AdamW) it runs,
+each in a fresh process with fresh Inductor and Triton cache directories (the machinery
+of ``compile_time.py``):
+
+- ``sweep``: ``autotune sweep STUB --json --cache <model-mode.db>`` (``--train`` for a
+  training step), at batch sizes B and 2B when a dynamic mode is selected: requests
+  found, tuned, failed and ``key_mismatch``;
+- ``warm/<dynamic>``: ``autotune.warm_start(<that db>)`` then ``mode="max-autotune"``,
+  in each dynamic mode: ``static`` (``dynamic=False``), ``auto`` (torch's default; called
+  at B, then at 2B, which recompiles with a dynamic batch) and ``dynamic``
+  (``dynamic=True``): the hook's hits and misses, Inductor's benchmarks, the first call;
+- ``default/<dynamic>`` and ``cold/<dynamic>`` (``--baselines``): default mode and cold
+  max-autotune, for the ratios warm/default first call and warm/cold latency (summed GPU
+  kernel time with CUDA, the wall median on a CPU).
+
+Results go to ``<out>/conformance_<device>.json`` after every step, and a re-run with the
+same ``--out`` skips the steps already there, so several 10-minute device calls build one
+table; ``--budget`` stops starting steps that cannot finish. ``<out>/conformance_<device>.md``
+holds the machine, one row per model x mode x dynamic and the goals. A model that fails
+to build or compile is a row with its error; a model whose library is missing is
+``unavailable``.
+
+    python benchmarks/conformance.py --models resnet50,vit_b_16 --out $OUT
+    python benchmarks/conformance.py --subset cpu --out /tmp/conformance      # what CI runs
+
+The parent never imports torch; exit status 0 when every selected step is done, 1 when
+the budget left some for a re-run, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compile_time as ct  # noqa: E402  (imports no torch)
+import zoo  # noqa: E402  (the registry imports no torch)
+
+log = logging.getLogger("conformance")
+
+DYNAMICS: dict[str, str] = {"static": "static", "auto": "auto", "dynamic": "true"}  # -> compile_time --dynamic
+SCENARIOS: dict[str, str] = {"warm": "warm-start", "default": "default", "cold": "max-autotune-cold"}
+BASELINES = ("all", "static", "none")
+# Seconds a step is assumed to take before this results file has timed one like it.
+ESTIMATE_S: dict[str, dict[str, float]] = {"cuda": {"sweep": 240, "cold": 200, "default": 60, "warm": 60},
+                                           "cpu": {"sweep": 120, "cold": 40, "default": 30, "warm": 30}}
+LIBRARIES = ("torch", "torchvision", "transformers", "timm", "triton")
+# The hook gives up on a lookup after AUTOTUNE_LOOKUP_TIMEOUT (2 s) and then serves nothing
+# for the rest of the process; on a loaded CI machine a cold SQLite open can take that
+# long, which would measure the machine, not conformance. Set unless the caller set it.
+LOOKUP_TIMEOUT_S = "30"
+# On a CPU the children run one thread unless OMP_NUM_THREADS is set: with two threads on
+# a shared 2-core machine a parallel region waits for a descheduled thread, and the same
+# model's median latency swung between 0.3 ms and 136 ms from one process to the next.
+CPU_THREADS = "1"
+LATENCY_GOAL = 1.0 + ct.LATENCY_TOLERANCE
+EXIT_INCOMPLETE, EXIT_BAD_INPUT = 1, 2
+KEEP_KERNELS = 10
+
+
+class BadInput(Exception):
+    """One line for the user; exit status 2."""
+
+
+@dataclass(frozen=True)
+class Step:
+    model: str
+    mode: str
+    kind: str  # sweep, warm, default or cold
+    dynamic: str | None = None  # None for the sweep
+
+    @property
+    def key(self) -> str:
+        return self.kind if self.dynamic is None else f"{self.kind}/{self.dynamic}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.mode} {self.key}"
+
+
+def plan(models: list[str], modes: list[str], dynamics: list[str], baselines: str) -> list[Step]:
+    """Every step, in run order: per model and mode the sweep, then per dynamic mode the
+    warm start and its baselines (a row is complete as early as possible)."""
+    baseline_dynamics = {"all": dynamics, "static": ["static"], "none": []}[baselines]
+    steps: list[Step] = []
+    for model in models:
+        for mode in (m for m in modes if m in zoo.ZOO[model].modes):
+            steps.append(Step(model, mode, "sweep"))
+            for dynamic in dict.fromkeys(dynamics + baseline_dynamics):
+                if dynamic in dynamics:
+                    steps.append(Step(model, mode, "warm", dynamic))
+                if dynamic in baseline_dynamics:
+                    steps += [Step(model, mode, "default", dynamic), Step(model, mode, "cold", dynamic)]
+    return steps
+
+
+# ============================================================== running steps
+
+
+@dataclass
+class Run:
+    """One invocation: its options, the results file and the budget clock."""
+
+    args: argparse.Namespace
+    device: str
+    label: str  # "cpu" or the GPU's slug, as in compile_time_<gpu>.json
+    out: Path
+    report: dict[str, Any]
+    started: float
+    steps_run: int = 0
+    incomplete: int = 0
+
+    @property
+    def json_path(self) -> Path:
+        return self.out / f"conformance_{self.label}.json"
+
+    @property
+    def md_path(self) -> Path:
+        return self.out / f"conformance_{self.label}.md"
+
+    @property
+    def work(self) -> Path:
+        """The per-model cache databases, kept so that a re-run can resume."""
+        return self.out / f"conformance_{self.label}_work"
+
+    def left_s(self) -> float:
+        return self.args.budget - (time.monotonic() - self.started)
+
+    def group(self, model: str, mode: str) -> dict[str, Any]:
+        entry = self.report["models"].setdefault(model, {})
+        return entry.setdefault("modes", {}).setdefault(mode, {"steps": {}})
+
+    def cache_path(self, model: str, mode: str) -> Path:
+        return self.work / f"{model}-{mode}.db"
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.json_path.write_text(json.dumps(self.report, indent=2, default=str) + "\n")
+        self.md_path.write_text(render_markdown(self.report))
+
+
+def _complete(result: dict[str, Any] | None) -> bool:
+    return bool(result) and result.get("status") not in ("skipped", None)
+
+
+def _done(run: Run, result: dict[str, Any] | None) -> bool:
+    """Complete, and not a failure that --retry-errors asks to run again (Ray that did not
+    start on a loaded machine, say)."""
+    return _complete(result) and not (run.args.retry_errors and result.get("status") in ("error", "timeout"))
+
+
+def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
+    steps = run.group(step.model, step.mode)["steps"]
+    if step.kind != "sweep":
+        return not _done(run, steps.get(step.key))
+    if not _done(run, steps.get("sweep")):
+        return True
+    # Resumed without the database the sweep filled (another machine, or only the JSON
+    # copied back), or with dynamic modes that need the 2B batch a static-only sweep did
+    # not capture: the warm starts still to run need the sweep again.
+    waiting = any(s.kind == "warm" and (s.model, s.mode) == (step.model, step.mode) and not _done(run, steps.get(s.key))
+                  for s in planned)
+    captured = steps["sweep"].get("batch_sizes") or []
+    stale = not set(sweep_sizes(run, step.model)) <= set(captured)
+    return waiting and (stale or not run.cache_path(step.model, step.mode).exists())
+
+
+def sweep_sizes(run: Run, model: str) -> list[int]:
+    """B, and 2B when a dynamic mode is selected (auto's recompile runs at 2B)."""
+    batch = zoo.ZOO[model].batch(run.device)
+    return [batch, 2 * batch] if set(run.args.dynamics) - {"static"} else [batch]
+
+
+def estimate_s(report: dict[str, Any], step: Step, device: str) -> float:
+    """How long ``step`` should take: the longest like step of this model in the results,
+    else the median of like steps of other models, else a fixed guess."""
+    mine, others = [], []
+    for model, entry in report.get("models", {}).items():
+        for group in entry.get("modes", {}).values():
+            for key, result in group.get("steps", {}).items():
+                seconds = result.get("process_wall_s")
+                if key.split("/")[0] == step.kind and _complete(result) and isinstance(seconds, (int, float)):
+                    (mine if model == step.model else others).append(float(seconds))
+    if mine:
+        return max(mine)
+    return statistics.median(others) if others else float(ESTIMATE_S[device][step.kind])
+
+
+def run_steps(run: Run, steps: list[Step]) -> None:
+    for step in steps:
+        entry = zoo.ZOO[step.model]
+        model = run.report["models"].setdefault(step.model, {})
+        model.update(library=entry.library, what=entry.what)
+        if not entry.available():
+            model.update(status="unavailable", reason=f"{entry.library} is not installed")
+            continue
+        model.update(status="available", reason=None)
+        if not _needs_run(run, step, steps):
+            continue
+        _run_or_skip(run, step)
+        run.save()  # after every step: a crash or a killed command loses nothing
+    if not run.args.keep_caches:
+        _drop_finished_caches(run, steps)
+    run.save()
+
+
+def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
+    """A sweep's database is kept only while warm starts of its group are still to run: the
+    device tool brings back 8 files, and a finished group needs none (a later run that adds
+    warm starts sweeps again)."""
+    for model, mode in {(s.model, s.mode) for s in planned}:
+        steps = run.group(model, mode)["steps"]
+        if all(_complete(steps.get(s.key)) for s in planned if s.kind == "warm" and (s.model, s.mode) == (model, mode)):
+            for path in _cache_files(run.cache_path(model, mode)):
+                path.unlink(missing_ok=True)
+
+
+def _cache_files(cache: Path) -> tuple[Path, ...]:
+    return cache, Path(f"{cache}-wal"), Path(f"{cache}-shm")
+
+
+def _run_or_skip(run: Run, step: Step) -> None:
+    group = run.group(step.model, step.mode)
+    group["batch"] = zoo.ZOO[step.model].batch(run.device)
+    sweep = group["steps"].get("sweep")
+    if step.kind == "warm" and not _complete(sweep):
+        _skip(run, step, "waits for the sweep")
+        return
+    if step.kind == "warm" and "found" not in sweep:  # nothing was tuned: a warm start would measure nothing
+        group["steps"][step.key] = {"status": "error", "error": f"not run: the sweep failed ({one_line(sweep)})",
+                                    "date": _now()}
+        return
+    left, need = run.left_s(), estimate_s(run.report, step, run.device)
+    if run.steps_run and need > left:  # the first step of an invocation always starts
+        _skip(run, step, f"budget: ~{need:.0f} s needed, {max(left, 0):.0f} s left")
+        return
+    timeout = max(1.0, min(run.args.timeout, left))
+    log.info("%s (~%.0f s, %.0f s of budget left) ...", step.name, need, left)
+    result = execute(run, step, timeout)
+    run.steps_run += 1
+    if result.get("status") == "timeout" and timeout < run.args.timeout and run.steps_run > 1:
+        _skip(run, step, f"budget ran out {timeout:.0f} s into the step")
+        return
+    result["date"] = _now()
+    group["steps"][step.key] = result
+    log.info("%s: %s%s", step.name, result.get("status"), f" ({one_line(result)})" if one_line(result) else "")
+
+
+def _skip(run: Run, step: Step, reason: str) -> None:
+    log.info("%s: skipped, %s", step.name, reason)
+    run.incomplete += 1
+    steps = run.group(step.model, step.mode)["steps"]
+    if not _complete(steps.get(step.key)):
+        steps[step.key] = {"status": "skipped", "reason": reason, "date": _now()}
+
+
+def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
+    """One step in fresh processes with fresh compile caches, through compile_time.py."""
+    batch = zoo.ZOO[step.model].batch(run.device)
+    cache = run.cache_path(step.model, step.mode)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"conformance_{step.model}_{step.mode}_"))
+    stub = zoo.write_stub(step.model, step.mode, tmp)  # not in --out: the device tool brings back 8 files
+    model_run = ct.ModelRun(step.model, str(stub), [step.kind], tmp, f"sqlite:///{cache}", train=step.mode == "train")
+    options = argparse.Namespace(timeout=timeout, runs=run.args.runs, warmup=run.args.warmup, optimizer_step="compiled",
+                                 batch_size=batch, kernel_profile=run.device == "cuda",
+                                 dynamic=DYNAMICS.get(step.dynamic or ""), sweep_arg=None)
+    log_path = (Path(run.args.log_dir) / f"{run.label}-{step.model}-{step.mode}-{step.key.replace('/', '-')}.log"
+                if run.args.log_dir else None)
+    try:
+        if step.kind == "sweep":
+            for path in _cache_files(cache):
+                path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
+            options.batch_size = None
+            sizes = sweep_sizes(run, step.model)
+            options.sweep_arg = ["--batch-sizes", ",".join(map(str, sizes))]
+            result = _sweep_result(ct.run_sweep(model_run, options, log_path))
+            result["batch_sizes"] = sizes
+        else:
+            result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
+    except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too
+        log.exception("%s failed to run", step.name)
+        result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _trim(result)
+
+
+def _sweep_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A sweep that reported and exited 1 has requests that failed: that is this suite's
+    data (failed, key_mismatch), not a failed step."""
+    if result.get("status") == "error" and result.get("rc") == 1 and "found" in result:
+        result.update(status="ok", note=f"{result.pop('error')}: {result.get('failed')} requests failed")
+    return result
+
+
+def _trim(result: dict[str, Any]) -> dict[str, Any]:
+    """What the table and a reader of the JSON need; compile_time.py's own files keep the rest."""
+    for key in ("compile_phases", "benchmarker_methods", "stdout_tail", "caching_precompile_traceback"):
+        result.pop(key, None)
+    if isinstance(result.get("kernels"), list):
+        result["kernels"] = result["kernels"][:KEEP_KERNELS]
+    if isinstance(result.get("stderr_tail"), str):
+        result["stderr_tail"] = result["stderr_tail"][-1500:]
+    return result
+
+
+def one_line(result: dict[str, Any] | None) -> str:
+    """A step's failure in one line: the CLI's ``Error:`` line or the exception, not the
+    generic "exited N"."""
+    if not result or result.get("status") in ("ok", None):
+        return ""
+    if result.get("status") == "skipped":
+        return f"skipped: {result.get('reason')}"
+    lines = [ln.strip() for ln in str(result.get("stderr_tail") or "").splitlines() if ln.strip()]
+    error = str(result.get("error") or result.get("status"))
+    generic = error.startswith(("child exited", "sweep exited"))
+    specific = [ln for ln in lines if ln.startswith("Error:")] or (
+        [ln for ln in lines if "Error" in ln.split(":")[0]] if generic else [])
+    text = f"{error}: {specific[-1]}" if specific else error
+    return " ".join(text.split())[:300]
+
+
+# ============================================================== rows and goals
+
+
+def _models(report: dict[str, Any]) -> list[str]:
+    """The models in the results, in the zoo's order."""
+    order = {name: i for i, name in enumerate(zoo.ZOO)}
+    return sorted(report.get("models", {}), key=lambda m: (order.get(m, len(order)), m))
+
+
+def _steps(report: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for model in _models(report):
+        for mode, group in report["models"][model].get("modes", {}).items():
+            yield model, mode, group
+
+
+def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model x mode x dynamic mode in the results (an unavailable model: one row)."""
+    out: list[dict[str, Any]] = []
+    for model in _models(report):
+        entry = report["models"][model]
+        if entry.get("status") == "unavailable":
+            out.append({"model": model, "library": entry.get("library"), "mode": "-", "dynamic": "-",
+                        "status": "unavailable", "error": entry.get("reason")})
+            continue
+        for mode, group in entry.get("modes", {}).items():
+            dynamics = [d for d in DYNAMICS if any(k.endswith("/" + d) for k in group["steps"])]
+            out += [_row(entry, model, mode, dynamic, group) for dynamic in dynamics]
+    return out
+
+
+def _baseline(steps: dict[str, Any], kind: str, dynamic: str) -> tuple[dict[str, Any] | None, str]:
+    """The baseline of ``kind`` in the same dynamic mode, else the static one (marked)."""
+    own = steps.get(f"{kind}/{dynamic}")
+    if own is not None or dynamic == "static":
+        return own, dynamic
+    return steps.get(f"{kind}/static"), "static"
+
+
+def _ok(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    return result if result and result.get("status") == "ok" else None
+
+
+def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict[str, Any]) -> dict[str, Any]:
+    steps = group["steps"]
+    sweep, warm = steps.get("sweep"), steps.get(f"warm/{dynamic}")
+    report = sweep if sweep and "found" in sweep else {}  # the sweep's JSON report, if it got that far
+    default, default_basis = _baseline(steps, "default", dynamic)
+    cold, cold_basis = _baseline(steps, "cold", dynamic)
+    hook = (warm or {}).get("hook") or {}
+    recompile = (warm or {}).get("recompile") or {}
+    latency, latency_basis = ct._latency_ratio(_ok(warm), _ok(cold))
+    parts = [r for r in (sweep, warm, default, cold) if r is not None]
+    return {
+        "model": model, "library": entry.get("library"), "mode": mode, "dynamic": dynamic, "batch": group.get("batch"),
+        "status": _row_status(sweep, warm, parts), "error": next((one_line(r) for r in parts if one_line(r)), ""),
+        "found": report.get("found"), "tuned": report.get("tuned"), "failed": report.get("failed"),
+        "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
+        "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
+        "benchmarks": _warm_benchmarks(_ok(warm)),
+        "warm_first_s": (_ok(warm) or {}).get("first_call_s"),
+        "default_first_s": (_ok(default) or {}).get("first_call_s"),
+        "first_ratio": ct._ratio((_ok(warm) or {}).get("first_call_s"), (_ok(default) or {}).get("first_call_s")),
+        "warm_latency_ms": _latency_ms(_ok(warm)), "cold_latency_ms": _latency_ms(_ok(cold)),
+        "latency_ratio": latency, "latency_basis": latency_basis if latency is not None else None,
+        "default_basis": default_basis, "cold_basis": cold_basis,
+        "recompile": recompile or None,
+        "default_recompile_s": ((_ok(default) or {}).get("recompile") or {}).get("seconds")
+        if default_basis == dynamic else None,
+    }
+
+
+def _row_status(sweep: dict[str, Any] | None, warm: dict[str, Any] | None, parts: list[dict[str, Any]]) -> str:
+    if sweep is None or warm is None or not all(_complete(r) for r in parts):
+        return "incomplete"
+    return "ok" if all(r.get("status") == "ok" for r in parts) else "error"
+
+
+def _warm_benchmarks(warm: dict[str, Any] | None) -> dict[str, int] | None:
+    """Every benchmark of the warm start's compiles: the first call's, and for ``auto`` the
+    recompile's at twice the batch."""
+    if not warm or not warm.get("bench"):
+        return None
+    total = dict(warm["bench"])
+    for kind, count in ((warm.get("recompile") or {}).get("bench") or {}).items():
+        total[kind] = total.get(kind, 0) + count
+    return total
+
+
+def _latency_ms(result: dict[str, Any] | None) -> float | None:
+    if not result:
+        return None
+    kernel = result.get("kernel_us_per_call")
+    return kernel / 1e3 if isinstance(kernel, (int, float)) else result.get("median_ms")
+
+
+def goals(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's goals: 0 key_mismatch over every sweep, and per dynamic mode 100% hits,
+    0 benchmarks and latency within 3% of cold max-autotune (same dynamic mode only)."""
+    measured = [r for r in table if r["status"] != "unavailable"]
+    groups = {(r["model"], r["mode"]) for r in measured}
+    sweeps = {(r["model"], r["mode"]): r for r in measured if r["key_mismatch"] is not None}
+    mismatched = [f"{m} {mode}" for (m, mode), r in sweeps.items() if r["key_mismatch"]]
+    total = sum(r["key_mismatch"] for r in sweeps.values())
+    out = [_goal("0 key_mismatch", "every sweep", total,
+                 f"{total} of {sum(r['found'] or 0 for r in sweeps.values())} requests in {len(sweeps)} sweeps",
+                 [not r["key_mismatch"] for r in sweeps.values()], mismatched, len(groups) - len(sweeps))]
+    for dynamic in DYNAMICS:
+        mine = [r for r in measured if r["dynamic"] == dynamic]
+        if not mine:
+            continue
+        out.append(_row_goal("100% of requests hit at warm start", dynamic, mine, _hits_met))
+        out.append(_row_goal("0 benchmarks at warm start", dynamic, mine, _bench_met))
+        out.append(_row_goal(f"latency within {ct.LATENCY_TOLERANCE:.0%} of cold max-autotune", dynamic, mine,
+                             _latency_met))
+    return out
+
+
+def _hits_met(r: dict[str, Any]) -> bool | None:
+    if r["status"] != "ok" or r["hits"] is None:
+        return None
+    return None if r["hits"] + r["misses"] == 0 else r["misses"] == 0 and not r["hook_errors"]
+
+
+def _bench_met(r: dict[str, Any]) -> bool | None:
+    return None if r["status"] != "ok" or r["benchmarks"] is None else ct.benchmark_total(r["benchmarks"]) == 0
+
+
+def _latency_met(r: dict[str, Any]) -> bool | None:
+    if r["status"] != "ok" or r["latency_ratio"] is None or r["cold_basis"] != r["dynamic"]:
+        return None  # against another dynamic mode's cold compile: shown, not judged
+    return r["latency_ratio"] <= LATENCY_GOAL
+
+
+def _row_goal(name: str, dynamic: str, table: list[dict[str, Any]], judge: Any) -> dict[str, Any]:
+    verdicts = [(r, judge(r)) for r in table]
+    judged = [met for _, met in verdicts if met is not None]
+    failing = [f"{r['model']} {r['mode']}" for r, met in verdicts if met is False]
+    return _goal(name, dynamic, len(failing), f"{judged.count(True)} of {len(judged)} rows met", judged, failing,
+                 len(verdicts) - len(judged))
+
+
+def _goal(name: str, scope: str, value: int, text: str, judged: list[bool], failing: list[str],
+          not_judged: int) -> dict[str, Any]:
+    met = None if not judged else all(judged)
+    if not_judged:
+        text += f"; {not_judged} not judged"
+    return {"goal": name, "scope": scope, "value": value, "text": text, "met": met, "failing": failing}
+
+
+# ============================================================== output
+
+
+METHOD = (
+    "Every step runs in its own fresh process with empty Inductor and Triton caches (`compile_time.py`'s "
+    "children). *found / tuned / failed / key_mismatch*: the sweep's requests (`autotune sweep --json`, "
+    "`requests[].status`), over batch sizes B and 2B when a dynamic mode ran. *hits/misses*: the warm-start "
+    "hook's lookups (for `auto`, the first call at B and the recompile at 2B together). *bench*: benchmarks of "
+    "any kind the warm start ran (GEMM autotunes / pointwise autotunes / coordinate descents, then every call "
+    "into Inductor's Benchmarker), first call and, for `auto`, recompile. *1st s*: `torch.compile` + first call "
+    "(hook set-up included), warm start and default mode. *latency*: summed GPU kernel time per call (CUDA, "
+    "`--kernel-profile`) or the wall median (CPU), warm start and cold max-autotune. Dynamic modes: `static` = "
+    "`dynamic=False`; `auto` = torch's default, called at B then at 2B (a recompile with a dynamic batch; the "
+    "latency is measured at B after it); `dynamic` = `dynamic=True`. A ratio against a baseline of another "
+    "dynamic mode (`--baselines static`) is marked `(vs static)` and not judged. A goal judges the rows that "
+    "ran to the end and have something to judge: rows with an error, still incomplete, with no requests "
+    "(hits/misses 0/0) or, for latency, without a cold compile in the same dynamic mode count as *not judged*. "
+    "On a CPU the wall-median latency of a shared machine moves by far more than 3%: read it as a smoke test."
+)
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    return ct._fmt(value, spec)
+
+
+def _bench_cell(bench: dict[str, int] | None) -> str:
+    if not bench:
+        return "-"
+    return "/".join(str(bench.get(kind, 0)) for kind in ct.BENCH_KINDS[:3]) + f" ({bench.get('benchmarker_calls', 0)})"
+
+
+def _notes(r: dict[str, Any]) -> str:
+    notes = []
+    if r["status"] != "ok" and r.get("error"):
+        notes.append(r["error"])
+    recompile = r.get("recompile")
+    if recompile:
+        hook = recompile.get("hook") or {}
+        notes.append(f"recompile at 2B: {_fmt(recompile.get('seconds'), '.1f')} s, {recompile.get('graphs')} graphs, "
+                     f"hits/misses {hook.get('hits', '-')}/{hook.get('misses', '-')}, "
+                     f"bench {_bench_cell(recompile.get('bench'))}"
+                     + (f" (default mode: {_fmt(r['default_recompile_s'], '.1f')} s)" if r.get("default_recompile_s")
+                        else ""))
+    if r.get("hook_errors"):
+        notes.append(f"{r['hook_errors']} hook errors")
+    return "; ".join(notes).replace("|", "\\|")
+
+
+def _ratio_cell(value: float | None, basis: str | None, dynamic: str) -> str:
+    return _fmt(value) + (" (vs static)" if value is not None and basis and basis != dynamic else "")
+
+
+ROW_HEADER = ("| model | lib | mode | dynamic | B | status | found | tuned | failed | key_mismatch | hits/misses "
+              "| bench | warm 1st s | default 1st s | warm/default | warm latency ms | cold latency ms | warm/cold "
+              "| notes |")
+
+
+def _row_cells(r: dict[str, Any]) -> list[str]:
+    if r["status"] == "unavailable":
+        return [r["model"], str(r.get("library")), "-", "-", "-", "unavailable"] + ["-"] * 12 + [str(r.get("error"))]
+    hits = "-" if r["hits"] is None else f"{r['hits']}/{r['misses']}"
+    return [r["model"], str(r["library"]), r["mode"], r["dynamic"], _fmt(r["batch"], "d"), r["status"],
+            _fmt(r["found"], "d"), _fmt(r["tuned"], "d"), _fmt(r["failed"], "d"), _fmt(r["key_mismatch"], "d"), hits,
+            _bench_cell(r["benchmarks"]), _fmt(r["warm_first_s"], ".1f"), _fmt(r["default_first_s"], ".1f"),
+            _ratio_cell(r["first_ratio"], r["default_basis"], r["dynamic"]), _fmt(r["warm_latency_ms"], ".3f"),
+            _fmt(r["cold_latency_ms"], ".3f"), _ratio_cell(r["latency_ratio"], r["cold_basis"], r["dynamic"]),
+            _notes(r)]
+
+
+def _verdict(met: bool | None) -> str:
+    return "n/a" if met is None else ("met" if met else "NOT met")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    info = report.get("machine") or {}
+    libraries = ", ".join(f"{name} {version or 'not installed'}"
+                          for name, version in report.get("libraries", {}).items())
+    lines = [f"# Model-zoo conformance: {info.get('gpu') or 'CPU'}", "",
+             "Built by " + "; ".join(f"`python benchmarks/conformance.py {i['argv']}` ({i['date']})"
+                                     for i in report.get("invocations", [])[-6:])
+             + " (each step has its own date in the JSON).", "",
+             "## Machine", "",
+             f"- device: {report.get('device')}; GPU: {info.get('gpu') or '-'}"
+             + (f", driver {info['driver']}" if info.get("driver") else ""),
+             f"- CPU: {info.get('cpu') or '-'} ({info.get('cpu_count')} logical cores)",
+             f"- python {info.get('python')}, autotune {info.get('autotune')}, CUDA {info.get('cuda')}; {libraries}",
+             f"- settings: {json.dumps(report.get('settings', {}))}", "",
+             "## Method", "", METHOD, "", "## Goals", "", "| goal | mode | value | verdict | failing rows |",
+             "| --- | --- | --- | --- | --- |"]
+    table = rows(report)
+    for goal in goals(table):
+        failing = ", ".join(goal["failing"][:8]) + (" ..." if len(goal["failing"]) > 8 else "")
+        lines.append(f"| {goal['goal']} | {goal['scope']} | {goal['text']} | {_verdict(goal['met'])} "
+                     f"| {failing or '-'} |")
+    lines += ["", "## Rows", "", ROW_HEADER, "|" + " --- |" * ROW_HEADER.count(" | ") + " --- |"]
+    lines += ["| " + " | ".join(_row_cells(r)) + " |" for r in table]
+    lines += _left_out(report)
+    return "\n".join(lines) + "\n"
+
+
+def _left_out(report: dict[str, Any]) -> list[str]:
+    """Unavailable models and steps not done, each with its reason."""
+    lines = []
+    for model, entry in report.get("models", {}).items():
+        if entry.get("status") == "unavailable":
+            lines.append(f"- {model}: unavailable ({entry.get('reason')})")
+    for model, mode, group in _steps(report):
+        for key, result in group["steps"].items():
+            if result.get("status") == "skipped":
+                lines.append(f"- {model} {mode} {key}: {result.get('reason')}")
+    return ["", "## Not run", ""] + (lines or ["Nothing: every selected step ran."])
+
+
+def print_table(report: dict[str, Any]) -> None:
+    table = rows(report)
+    header = ["model", "mode", "dynamic", "status", "found", "k_mis", "hit/miss", "bench", "1st warm/def",
+              "lat warm/cold"]
+    cells = [header] + [[r["model"], r["mode"], r["dynamic"], r["status"], _fmt(r.get("found"), "d"),
+                         _fmt(r.get("key_mismatch"), "d"),
+                         "-" if r.get("hits") is None else f"{r['hits']}/{r['misses']}",
+                         _fmt(ct.benchmark_total(r.get("benchmarks")), "d"), _fmt(r.get("first_ratio")),
+                         _fmt(r.get("latency_ratio"))] for r in table]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+    for goal in goals(table):
+        print(f"goal: {goal['goal']} [{goal['scope']}]: {goal['text']}: {_verdict(goal['met'])}")
+
+
+# ============================================================== driver
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _names(raw: str, known: tuple[str, ...] | dict[str, Any], option: str) -> list[str]:
+    names = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise BadInput(f"{option}: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def _library_versions() -> dict[str, str | None]:
+    """Versions from package metadata: nothing is imported (the parent stays without torch)."""
+    versions: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _load_report(path: Path, fresh: bool, info: dict[str, Any]) -> dict[str, Any]:
+    """The results so far, if they were taken on this machine's GPU and torch."""
+    if fresh or not path.exists():
+        return {"models": {}}
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{path} is unreadable ({exc}): move it away or pass --no-resume") from exc
+    old = report.get("machine") or {}
+    for key in ("gpu", "torch"):
+        if old.get(key) != info.get(key):
+            raise BadInput(f"{path} was taken with {key} {old.get(key)!r}, this machine has {info.get(key)!r}: "
+                           "use another --out, or --no-resume to start afresh")
+    log.info("resuming from %s (--no-resume starts afresh)", path)
+    return report
+
+
+def _runs_default(device: str) -> tuple[int, int]:
+    return (50, 5) if device == "cuda" else (20, 3)
+
+
+def start(args: argparse.Namespace) -> Run:
+    """Check the input, pick the device, load what earlier runs left."""
+    started = time.monotonic()
+    models = list(zoo.CPU_SUBSET) if args.subset == "cpu" else _names(args.models or ",".join(zoo.ZOO), zoo.ZOO,
+                                                                         "--models")
+    args.models_list = models
+    args.modes = _names(args.modes_raw, zoo.MODES, "--modes")
+    args.dynamics = _names(args.dynamics_raw, tuple(DYNAMICS), "--dynamics")
+    device = args.device or ("cpu" if args.subset == "cpu" else None)
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the children (sweep, compiles) must not see a GPU
+        os.environ.setdefault("OMP_NUM_THREADS", CPU_THREADS)
+    os.environ.setdefault("AUTOTUNE_LOOKUP_TIMEOUT", LOOKUP_TIMEOUT_S)
+    ct._warm_bytecode()
+    info = ct.machine_info(min(args.timeout, 300))
+    if device is None and not info.get("gpu"):
+        device = "cpu"
+        os.environ.setdefault("OMP_NUM_THREADS", CPU_THREADS)
+    device = device or "cuda"
+    if device == "cuda" and not info.get("gpu"):
+        raise BadInput("--device cuda: no CUDA GPU is visible here (use --device cpu)")
+    default_runs, default_warmup = _runs_default(device)
+    args.runs, args.warmup = args.runs or default_runs, args.warmup if args.warmup is not None else default_warmup
+    label = "cpu" if device == "cpu" else ct.slug(info["gpu"])
+    out = Path(args.out)
+    report = _load_report(out / f"conformance_{label}.json", args.no_resume, info)
+    report.setdefault("invocations", []).append({"date": _now(), "argv": args.argv_text})
+    report.update(machine=info, device=device, libraries=_library_versions(), date=_now(),
+                  settings={"runs": args.runs, "warmup": args.warmup, "timeout_s": args.timeout,
+                            "budget_s": args.budget, "baselines": args.baselines,
+                            "lookup_timeout_s": os.environ.get("AUTOTUNE_LOOKUP_TIMEOUT"),
+                            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})
+    report.setdefault("models", {})
+    return Run(args, device, label, out, report, started)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="conformance.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Model-zoo conformance of the sweep and the warm-start hook: requests found, tuned, failed "
+        "and key_mismatch; warm-start hits, misses and benchmarks in static, auto-dynamic and dynamic=True "
+        "modes; first call against default mode and latency against cold max-autotune.",
+        epilog="models: " + ", ".join(zoo.ZOO) + f"\nCPU subset (--subset cpu): {', '.join(zoo.CPU_SUBSET)}\n\n"
+        "examples:\n  python benchmarks/conformance.py --models resnet50,vit_b_16 --out $OUT\n"
+        "  python benchmarks/conformance.py --subset cpu --out /tmp/conformance")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
+    chosen.add_argument("--subset", choices=("cpu",), default=None,
+                        help="cpu: the CPU subset that CI runs (hand-written models; implies --device cpu)")
+    parser.add_argument("--modes", dest="modes_raw", metavar="MODES", default="infer,train",
+                        help="infer,train (default: both)")
+    parser.add_argument("--dynamics", dest="dynamics_raw", metavar="DYNAMICS", default=",".join(DYNAMICS),
+                        help="static,auto,dynamic (default: all three)")
+    parser.add_argument("--baselines", choices=BASELINES, default="all",
+                        help="default-mode and cold max-autotune runs: in every dynamic mode (all, default), "
+                        "in static mode only (static: the dynamic rows' ratios are then shown against static "
+                        "and not judged), or none")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                        help="default: cuda when a GPU is visible (CPU: tiny configs, freezing on for inference)")
+    parser.add_argument("--out", default=str(ct.REPO / "benchmarks" / "results"),
+                        help="directory for conformance_<device>.md/.json and the work folder (default: "
+                        "benchmarks/results)")
+    parser.add_argument("--budget", type=float, default=560.0,
+                        help="seconds: start no step that would not finish by then (default 560)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most (default 600)")
+    parser.add_argument("--runs", type=int, default=None, help="timed calls per compile (default: 50 CUDA, 20 CPU)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
+    parser.add_argument("--no-resume", action="store_true", help="start a fresh results file")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="also run again the steps that failed or timed out (a resumed run keeps them)")
+    parser.add_argument("--log-dir", default=None, help="write each child's full output here")
+    parser.add_argument("--keep-caches", action="store_true",
+                        help="keep each sweep's database after its warm starts are done (default: deleted then)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv_text = " ".join(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
+        print("conformance.py: --budget, --timeout and --runs must be positive", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        run = start(args)
+    except BadInput as error:
+        print(f"conformance.py: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run_steps(run, plan(args.models_list, args.modes, args.dynamics, args.baselines))
+    print_table(run.report)
+    left = f"; {run.incomplete} steps left for a re-run with the same --out" if run.incomplete else ""
+    print(f"\nwrote {run.md_path} and {run.json_path}{left}")
+    return EXIT_INCOMPLETE if run.incomplete else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

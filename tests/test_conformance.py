@@ -1,0 +1,204 @@
+"""benchmarks/conformance.py: the zoo registry, the plan, resuming and the budget (with a
+stand-in for the child processes), the table and goals, and the CPU subset end to end."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "conformance.py"
+
+
+@pytest.fixture(scope="module")
+def conf() -> ModuleType:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    return importlib.import_module("conformance")
+
+
+def test_help_and_bad_input_without_torch() -> None:
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['conformance.py', '--help']\n"
+            "try:\n"
+            f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--baselines" in done.stdout and "mlp_mixer" in done.stdout
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--models", "resnet50,nope"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "unknown nope" in bad.stderr
+
+
+def test_zoo_registry_and_stubs(conf: ModuleType, tmp_path: Path) -> None:
+    zoo = conf.zoo
+    assert len([e for e in zoo.ZOO.values() if e.library != "torch"]) >= 12
+    assert {"resnet50", "vit_b_16", "swin_t", "bert", "t5", "llama", "whisper_encoder", "gpt2", "unet"} <= set(zoo.ZOO)
+    assert zoo.CPU_SUBSET and all(zoo.ZOO[name].library == "torch" for name in zoo.CPU_SUBSET)
+    train = zoo.write_stub("mlp_mixer", "train", tmp_path)
+    infer = zoo.write_stub("mlp_mixer", "infer", tmp_path)
+    assert conf.ct.is_training_file(train) and not conf.ct.is_training_file(infer)
+
+
+def test_plan_orders_rows_and_baselines(conf: ModuleType) -> None:
+    keys = [s.key for s in conf.plan(["mlp_mixer"], ["infer"], ["static", "auto"], "static")]
+    assert keys == ["sweep", "warm/static", "default/static", "cold/static", "warm/auto"]
+    keys = [s.key for s in conf.plan(["mlp_mixer"], ["infer", "train"], ["dynamic"], "all")]
+    assert keys == ["sweep", "warm/dynamic", "default/dynamic", "cold/dynamic"] * 2
+    assert [s.key for s in conf.plan(["unet"], ["train"], ["auto"], "none")] == ["sweep", "warm/auto"]
+
+
+def _fake_result(step: Any) -> dict[str, Any]:
+    if step.kind == "sweep":
+        if step.model == "unet":
+            return {"status": "error", "error": "sweep exited 2", "stderr_tail": "Error: unet.py: example() failed",
+                    "process_wall_s": 5.0}
+        return {"status": "ok", "found": 2, "tuned": 2, "failed": 0, "statuses": {"ok": 2}, "process_wall_s": 50.0}
+    result: dict[str, Any] = {"status": "ok", "first_call_s": 10.0 if step.kind == "warm" else 20.0,
+                              "median_ms": 1.0, "process_wall_s": 15.0,
+                              "bench": {"gemm_autotune": 0 if step.dynamic == "static" else 2}}
+    if step.kind == "warm":
+        result["hook"] = {"hits": 4, "misses": 0 if step.dynamic == "static" else 2, "errors": 0}
+    return result
+
+
+def _run(conf: ModuleType, tmp_path: Path, budget: float, report: dict[str, Any] | None = None) -> Any:
+    args = argparse.Namespace(budget=budget, timeout=600.0, runs=3, warmup=1, log_dir=None,
+                              dynamics=["static", "auto"], baselines="static", retry_errors=False, keep_caches=False)
+    return conf.Run(args, "cpu", "cpu", tmp_path, report or {"models": {}}, time.monotonic())
+
+
+def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+
+    def fake_execute(run: Any, step: Any, timeout: float) -> dict[str, Any]:
+        ran.append(step.name)
+        if step.kind == "sweep":
+            run.cache_path(step.model, step.mode).write_text("db")
+            return {**_fake_result(step), "batch_sizes": conf.sweep_sizes(run, step.model)}
+        return _fake_result(step)
+
+    monkeypatch.setattr(conf, "execute", fake_execute)
+    monkeypatch.setattr(conf.zoo.Entry, "available", lambda self: self.library != "timm")
+    steps = conf.plan(["mlp_mixer", "unet", "timm_regnety_016"], ["infer"], ["static", "auto"], "static")
+    (tmp_path / "conformance_cpu_work").mkdir()
+
+    # A budget that fits the first step only: the rest are recorded as skipped.
+    run = _run(conf, tmp_path, budget=20.0)
+    conf.run_steps(run, steps)
+    assert ran == ["mlp_mixer infer sweep"] and run.incomplete > 0
+    saved = json.loads(run.json_path.read_text())
+    assert saved["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["warm/static"]["status"] == "skipped"
+    assert saved["models"]["timm_regnety_016"]["status"] == "unavailable"
+    assert "budget" in run.md_path.read_text()
+
+    # Resumed with time enough: only what is missing runs; a failed sweep leaves its warm
+    # starts as errors (not run) but its baselines still run.
+    ran.clear()
+    run = _run(conf, tmp_path, budget=10_000.0, report=saved)
+    conf.run_steps(run, steps)
+    assert "mlp_mixer infer sweep" not in ran and "mlp_mixer infer warm/auto" in ran
+    assert "unet infer warm/static" not in ran and "unet infer default/static" in ran
+    unet = run.report["models"]["unet"]["modes"]["infer"]["steps"]
+    assert unet["warm/static"]["status"] == "error" and "Error: unet.py" in unet["warm/static"]["error"]
+    assert run.incomplete == 0
+    assert not run.cache_path("mlp_mixer", "infer").exists()  # its warm starts are done: the database went
+
+    # Nothing left to do; without the sweep's database the sweep runs again first.
+    ran.clear()
+    conf.run_steps(run, steps)
+    assert ran == []
+    run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"].pop("warm/auto")
+    conf.run_steps(run, steps)
+    assert ran == ["mlp_mixer infer sweep", "mlp_mixer infer warm/auto"]
+
+    # A sweep that captured batch B only is stale for a dynamic mode's warm start (it needs 2B).
+    ran.clear()
+    run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["sweep"]["batch_sizes"] = [2]
+    run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"].pop("warm/auto")
+    conf.run_steps(run, steps)
+    assert ran == ["mlp_mixer infer sweep", "mlp_mixer infer warm/auto"]
+
+    # --retry-errors runs the failed sweep again, and the warm starts it left undone.
+    ran.clear()
+    run.args.retry_errors = True
+    conf.run_steps(run, steps)
+    assert ran == ["unet infer sweep"]  # it fails again: its warm starts are errors again, not run
+
+
+def test_a_sweep_with_failed_requests_is_data(conf: ModuleType) -> None:
+    failed = conf._sweep_result({"status": "error", "error": "sweep exited 1", "rc": 1, "found": 3, "failed": 1})
+    assert failed["status"] == "ok" and "1 requests failed" in failed["note"]
+    broken = conf._sweep_result({"status": "error", "error": "sweep exited 2", "rc": 2})
+    assert broken["status"] == "error"
+
+
+def test_rows_and_goals(conf: ModuleType) -> None:
+    zero = {"gemm_autotune": 0, "pointwise_autotune": 0, "coordinate_descent": 0, "benchmarker_calls": 0}
+    steps = {
+        "sweep": {"status": "error", "error": "sweep exited 1", "found": 6, "tuned": 5, "failed": 1,
+                  "statuses": {"ok": 5, "key_mismatch": 1}},
+        "warm/static": {"status": "ok", "first_call_s": 8.0, "kernel_us_per_call": 1010.0, "bench": zero,
+                        "hook": {"hits": 3, "misses": 0, "errors": 0}},
+        "default/static": {"status": "ok", "first_call_s": 10.0},
+        "cold/static": {"status": "ok", "first_call_s": 50.0, "kernel_us_per_call": 1000.0},
+        "warm/auto": {"status": "ok", "first_call_s": 9.0, "kernel_us_per_call": 1500.0, "bench": zero,
+                      "hook": {"hits": 3, "misses": 2, "errors": 0},
+                      "recompile": {"seconds": 4.0, "graphs": 1, "bench": {**zero, "gemm_autotune": 2},
+                                    "hook": {"hits": 0, "misses": 2}}},
+    }
+    report = {"device": "cuda", "machine": {"gpu": "H100"}, "models": {
+        "resnet50": {"library": "torchvision", "status": "available",
+                     "modes": {"infer": {"batch": 16, "steps": steps}}},
+        "timm_maxvit_tiny": {"library": "timm", "status": "unavailable", "reason": "timm is not installed"}}}
+    table = {(r["model"], r["dynamic"]): r for r in conf.rows(report)}
+    static, auto = table[("resnet50", "static")], table[("resnet50", "auto")]
+    assert static["status"] == "error" and static["key_mismatch"] == 1 and static["first_ratio"] == 0.8
+    assert static["latency_ratio"] == pytest.approx(1.01)
+    assert conf.ct.benchmark_total(auto["benchmarks"]) == 2 and auto["cold_basis"] == "static"
+    assert table[("timm_maxvit_tiny", "-")]["status"] == "unavailable"
+    by_goal = {(g["goal"], g["scope"]): g for g in conf.goals(conf.rows(report))}
+    assert by_goal[("0 key_mismatch", "every sweep")]["met"] is False
+    assert by_goal[("100% of requests hit at warm start", "auto")]["failing"] == []  # an error row is not judged
+    text = conf.render_markdown(report)
+    assert "| resnet50 | torchvision | infer | auto |" in text and "(vs static)" in text
+    assert "timm_maxvit_tiny: unavailable (timm is not installed)" in text and "NOT met" in text
+
+
+def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
+    """A real sweep and real warm-start processes on the CPU subset's tiny model(s)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--subset", "cpu", "--modes", "infer", "--dynamics", "static,auto",
+           "--baselines", "none", "--runs", "3", "--warmup", "1", "--budget", "1800", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1900, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / "conformance_cpu.json").read_text())
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    conf = importlib.import_module("conformance")
+    table = {(r["model"], r["mode"], r["dynamic"]): r for r in conf.rows(report)}
+    assert set(table) == {(m, "infer", d) for m in conf.zoo.CPU_SUBSET for d in ("static", "auto")}
+    for model in conf.zoo.CPU_SUBSET:
+        static, auto = table[(model, "infer", "static")], table[(model, "infer", "auto")]
+        assert static["status"] == "ok", static
+        assert static["found"] > 0 and static["key_mismatch"] == 0 and static["failed"] == 0
+        assert static["hits"] > 0 and static["misses"] == 0, static  # every request hit...
+        assert conf.ct.benchmark_total(static["benchmarks"]) == 0, static  # ...and nothing was benchmarked
+        # auto-dynamic is not served yet (the recompile's requests have a symbolic batch):
+        # its figures are recorded, whatever they are.
+        assert auto["status"] == "ok", auto
+        assert isinstance(auto["hits"], int) and isinstance(auto["misses"], int)
+        assert auto["recompile"]["graphs"] >= 1 and auto["benchmarks"] is not None
+    text = (out / "conformance_cpu.md").read_text()
+    assert "## Goals" in text and f"| {conf.zoo.CPU_SUBSET[0]} | torch | infer | static |" in text
