@@ -48,6 +48,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactSeams
+    from .nearest import NearestIndex
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class ServePolicy:
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
         self._pins: dict[str, PinIndex | None] = {}  # device type -> stored winners
         self._results: dict[str, list[TuningResult]] = {}  # environment key -> its stored results
-        self._nearest: dict[str, Any] = {}  # environment key -> NearestIndex
+        self._nearest: dict[str, NearestIndex] = {}  # environment key -> its stored winners by shape
         self._served_nearest: set[str] = set()  # request keys
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")

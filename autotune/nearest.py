@@ -46,8 +46,11 @@ def signature(request: TuningRequest) -> tuple[Any, ...]:
 
 def distance(a: TuningRequest, b: TuningRequest) -> float | None:
     """Sum of |log2| size ratios over every dimension; None if not neighbours or too far."""
-    if signature(a) != signature(b):
-        return None
+    return _size_gap(a, b) if signature(a) == signature(b) else None
+
+
+def _size_gap(a: TuningRequest, b: TuningRequest) -> float | None:
+    """distance() for two requests already known to share a signature."""
     total = 0.0
     for left, right in zip(a.inputs, b.inputs):
         for x, y in zip(left.sizes, right.sizes):
@@ -79,7 +82,7 @@ class NearestIndex:
         for stored in self._groups.get(signature(request), ()):
             if stored.request.key == request.key:
                 continue
-            gap = distance(request, stored.request)
+            gap = _size_gap(request, stored.request)  # the group shares request's signature
             if gap is None:
                 continue
             rank = (gap, -_volume(stored.request))  # nearer first, then the larger shape

@@ -253,9 +253,9 @@ def capture_model(
 ) -> CaptureResult:
     """Compile ``model`` in dry-run mode and list its requests.
 
-    Once per batch size; with several, once more calling one compiled model on each in
-    turn, which recompiles it with a dynamic batch (automatic dynamic shapes, what a
-    job whose batch size changes compiles). ``dynamic``: the batch dimension is dynamic
+    Once per batch size; with several, the first size's compiled model is then called on
+    the others in turn, which recompiles it with a dynamic batch (automatic dynamic
+    shapes, what a job whose batch size changes compiles). ``dynamic``: the batch dimension is dynamic
     from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead.
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on.
@@ -266,9 +266,13 @@ def capture_model(
     policy = CapturePolicy(device=device, on_request=on_request)
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
-    sessions = [[b] for b in batch_sizes]
     if len(batch_sizes) > 1 and not dynamic:
-        sessions.append(list(batch_sizes))
+        # One compiled model called on every size in turn: its first call is the first
+        # size's static graph, the next recompiles with a dynamic batch; the other sizes'
+        # static graphs each get their own session.
+        sessions = [list(batch_sizes)] + [[b] for b in batch_sizes[1:]]
+    else:
+        sessions = [[b] for b in batch_sizes]
     for session in sessions:
         builds = [model.build(b) for b in session]  # may itself set config: read overrides after
         overrides = {**model.config_overrides, **(inductor_config or {})}

@@ -204,8 +204,7 @@ def _graph_decisions() -> dict[str, Any]:
     """
     from torch._inductor.virtualized import V
 
-    graph = V.graph if V.graph is not None else None
-    layout_opt = getattr(graph, "layout_opt", None)
+    layout_opt = getattr(V.graph, "layout_opt", None)
     return {} if layout_opt is None else {"layout_opt": bool(layout_opt)}
 
 

@@ -108,29 +108,39 @@ def _convolution(request: TuningRequest, device: str, gen: torch.Generator) -> O
     return OneOpGraph(conv, (x, w, bias), lambda: conv(x.float(), w.float(), _f32(bias)))
 
 
-def _packed_linear(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
-    """CPU mkldnn linear under freezing: a frozen nn.Linear of the recorded shape."""
-    x_layout, weight_layout = request.inputs[0], request.inputs[-1]
-    out_features, in_features = weight_layout.sizes[:2]
-    # mkl._mkl_linear(x, packed_w, w, bias, batch) vs mkldnn._linear_pointwise(x, w, bias, ...)
-    bias_index = 3 if "_mkl_linear" in request.params.get("fx", {}).get("target", "") else 2
-    has_bias = _fx_arg(request, bias_index) is not None
+def _frozen_linear(request: TuningRequest, weight: InputLayout, has_bias: bool,
+                   unary: type[torch.nn.Module] | None, device: str,
+                   gen: torch.Generator) -> OneOpGraph:
+    """A frozen nn.Linear of the recorded shape on an input of the recorded layout,
+    followed by ``unary`` (as a module) if given."""
+    x_layout = request.inputs[0]
+    out_features, in_features = weight.sizes[:2]
     dtype = _dtype(x_layout.dtype)
-    linear = torch.nn.Linear(in_features, out_features, bias=has_bias).to(device=device, dtype=dtype).eval()
+    linear = torch.nn.Linear(in_features, out_features, bias=has_bias).to(device=device, dtype=dtype)
     with torch.no_grad():
         linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
+    module = linear if unary is None else torch.nn.Sequential(linear, unary())
+    module = module.eval().requires_grad_(False)
     x = make_input(x_layout, device, gen)
-    for param in linear.parameters():
-        param.requires_grad_(False)
 
     def reference() -> torch.Tensor:
         bias = None if linear.bias is None else linear.bias.float()
-        return torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
+        out = torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
+        return out if unary is None else unary()(out)
 
-    return OneOpGraph(linear, (x,), reference)
+    return OneOpGraph(module, (x,), reference)
 
 
-_UNARY = {"none": None, "relu": torch.relu}
+def _packed_linear(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    """CPU mkldnn linear under freezing: a frozen nn.Linear of the recorded shape."""
+    # mkl._mkl_linear(x, packed_w, w, bias, batch) vs mkldnn._linear_pointwise(x, w, bias, ...)
+    bias_index = 3 if "_mkl_linear" in request.params.get("fx", {}).get("target", "") else 2
+    has_bias = _fx_arg(request, bias_index) is not None
+    return _frozen_linear(request, request.inputs[-1], has_bias, None, device, gen)
+
+
+# linear_unary's fused op, by its ATen attr: the module after the Linear that Inductor fuses.
+_UNARY: dict[str, type[torch.nn.Module] | None] = {"none": None, "relu": torch.nn.ReLU}
 
 
 def _linear_pointwise(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
@@ -140,23 +150,7 @@ def _linear_pointwise(request: TuningRequest, device: str, gen: torch.Generator)
     attr = str(request.params.get("aten", {}).get("attr", "none"))
     if attr not in _UNARY:
         raise UnsupportedRequest(f"linear_unary with attr {attr!r} has no one-op reproduction")
-    x_layout, weight_layout = request.inputs[0], request.inputs[1]
-    out_features, in_features = weight_layout.sizes[:2]
-    dtype = _dtype(x_layout.dtype)
-    linear = torch.nn.Linear(in_features, out_features, bias=len(request.inputs) > 2).to(device=device, dtype=dtype)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
-    unary = _UNARY[attr]
-    module = torch.nn.Sequential(linear, torch.nn.ReLU()) if unary is not None else torch.nn.Sequential(linear)
-    module = module.eval().requires_grad_(False)
-    x = make_input(x_layout, device, gen)
-
-    def reference() -> torch.Tensor:
-        bias = None if linear.bias is None else linear.bias.float()
-        out = torch.nn.functional.linear(x.float(), linear.weight.float(), bias)
-        return unary(out) if unary is not None else out
-
-    return OneOpGraph(module, (x,), reference)
+    return _frozen_linear(request, request.inputs[1], len(request.inputs) > 2, _UNARY[attr], device, gen)
 
 
 BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]] = {
