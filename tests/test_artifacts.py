@@ -25,6 +25,10 @@ from cache import Store, signing
 from cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
 from test_hook import TINY, job
 
+# One pytest-xdist worker runs every module that copies the session's signed sweep
+# (tests/conftest.py), so that sweep runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("signed_sweep")
+
 PAYLOAD = bytes(range(256)) * 8
 
 

@@ -25,6 +25,9 @@ import pytest
 
 from cache import Store
 
+# Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
+pytestmark = pytest.mark.xdist_group("cluster")
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 

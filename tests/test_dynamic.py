@@ -22,6 +22,10 @@ from cache import Store
 from conftest import REPO, TINY, copy_sqlite
 from test_hook import job
 
+# One pytest-xdist worker runs every module that copies the session's signed sweep
+# (tests/conftest.py), so that sweep runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("signed_sweep")
+
 
 @pytest.fixture(scope="module")
 def swept_dynamic(_signed_tiny_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> str:

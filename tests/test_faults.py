@@ -37,6 +37,9 @@ def test_concurrent_writers_lose_and_duplicate_nothing(store_url: str, fresh: bo
     assert outcome.figures["lost"] == 0 and outcome.figures["duplicates"] == 0
 
 
+# It stops the one PostgreSQL server every other test uses: the README's test command runs
+# it alone, after the parallel run (-m exclusive).
+@pytest.mark.exclusive
 def test_postgres_restart_mid_sweep(postgres_url: str, tmp_path: Path) -> None:
     """The one test that stops the server: a writer and a real job (a CPU Inductor
     compile through warm_start) whose lookups meet the stopped server."""

@@ -19,6 +19,10 @@ from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
 from cache import Store
 
+# One pytest-xdist worker runs every module that copies the session's signed sweep
+# (tests/conftest.py), so that sweep runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("signed_sweep")
+
 TESTS = Path(__file__).parent
 TINY = str(TESTS / "models" / "tiny_mlp.py")
 
@@ -176,7 +180,7 @@ def test_sweep_misses_tunes_what_jobs_logged(sqlite_url: str, tmp_path: Path) ->
     job(tmp_path, "--cache", sqlite_url, "--on-miss", "aten", name="logger")
     with Store(sqlite_url) as store:
         assert len(store.misses()) == 2
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         report = run_sweep(SweepOptions(None, misses=True), Settings.from_env(cache=sqlite_url, device="cpu"))
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 
 from autotune.nearest import MAX_RATIO, NearestIndex, distance, match_choice
@@ -16,6 +17,10 @@ from cache import Store
 from cache.records import CandidateResult, InputLayout
 from factories import make_request, make_result
 from test_hook import job
+
+# One pytest-xdist worker runs every module that copies the session's signed sweep
+# (tests/conftest.py), so that sweep runs once, not once per worker.
+pytestmark = pytest.mark.xdist_group("signed_sweep")
 
 
 def test_nearer_in_log_terms_wins_and_ties_go_to_the_larger_shape() -> None:

@@ -19,7 +19,7 @@ TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 def local_ray() -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -36,10 +36,13 @@ def start_ray(address: str | None) -> bool:
 
     if ray.is_initialized():
         return False
-    check_address(address or os.environ.get("RAY_ADDRESS"))  # seconds, not minutes, for a wrong one
+    address = address or os.environ.get("RAY_ADDRESS")
+    check_address(address)  # seconds, not minutes, for a wrong one
     try:
         ray.init(
-            address=address,
+            # "local": without --address or RAY_ADDRESS, a new local instance. ray.init(None)
+            # would join whatever cluster `ray start` last left in /tmp/ray, alive or not.
+            address=address or "local",
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
