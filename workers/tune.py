@@ -41,6 +41,7 @@ from cache.records import (
 
 from .jobs import TuneJob
 from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
+from .symbolic import symbol_numbers
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,8 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
 
     graph = one_op_graph(job.request, job.device)
     config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
-    with fresh_inductor(config), installed(policy), no_runtime_tuning():
-        compiled = torch.compile(graph.fn, mode=job.mode)
+    with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids):
+        compiled = torch.compile(graph.fn, mode=job.mode, dynamic=graph.dynamic)
         with torch.no_grad():
             output = compiled(*graph.inputs)
     if job.device == "cuda":
