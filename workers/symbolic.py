@@ -20,7 +20,6 @@ dynamic as it stands, and a reproduction that then differs is reported as key_mi
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import re
 from dataclasses import dataclass
@@ -29,8 +28,6 @@ from typing import Any, Callable, Iterator
 import torch
 
 from cache.records import InputLayout, TuningRequest
-
-log = logging.getLogger(__name__)
 
 _SIZE_SYMBOL = re.compile(r"s(\d+)")
 MAX_INPUTS = 4  # the carrier module's forward names its arguments a0..a3 (builders pass at most 3)
