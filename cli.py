@@ -663,8 +663,9 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
 @click.option("--inductor-config", multiple=True, metavar="KEY=VALUE", help="Inductor config override (repeatable).")
 @click.option("--batch-sizes", metavar="N,N,...", help="Capture each of these batch sizes; with several, also the "
               "graph a job recompiles with a dynamic batch when its batch size changes (in this order).")
-@click.option("--dynamic", is_flag=True, help="Capture with the batch dimension dynamic from the start, as a job "
-              "compiling with dynamic=True (or torch._dynamo.mark_dynamic on dim 0) asks.")
+@click.option("--dynamic", is_flag=True, help="Capture with dynamic dimensions from the start, as a job compiling "
+              "with dynamic=True (or torch._dynamo.mark_dynamic) asks: those MODEL names in DYNAMIC_DIMS, "
+              "else dim 0 of every tensor input.")
 @click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass).")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Target device [default: cuda if present].")
 @click.option("--address", help="Join this Ray cluster instead of starting Ray locally.")

@@ -53,7 +53,7 @@ class SweepOptions:
     model_path: str | None
     entry: str = "example"
     batch_sizes: tuple[int | None, ...] = (None,)
-    dynamic: bool = False  # the batch dimension dynamic from the first call (inductor_glue.capture)
+    dynamic: bool = False  # DYNAMIC_DIMS (default: the batch dimension) dynamic from the first call (inductor_glue.capture)
     inductor_config: tuple[str, ...] = ()
     train: bool = False
     force: bool = False
@@ -250,7 +250,7 @@ class _BuiltOnce(ModelFile):
 
     @classmethod
     def of(cls, model: ModelFile, batch_size: int | None) -> _BuiltOnce:
-        built = cls(model.path, model.entry, model.factory, model.config_overrides)
+        built = cls(model.path, model.entry, model.factory, model.config_overrides, dynamic_dims=model.dynamic_dims)
         built.first = (batch_size, model.build(batch_size))  # shares config_overrides
         return built
 

@@ -7,8 +7,9 @@ each in a fresh process with fresh Inductor and Triton cache directories (the ma
 of ``compile_time.py``):
 
 - ``sweep``: ``autotune sweep STUB --json --cache <model-mode.db>`` (``--train`` for a
-  training step), at batch sizes B and 2B when a dynamic mode is selected: requests
-  found, tuned, failed and ``key_mismatch``;
+  training step), at batch sizes B and 2B when ``auto`` is selected, then, when ``dynamic``
+  is, ``--dynamic --batch-sizes B`` into the same database (the graphs ``dynamic=True``
+  compiles): requests found, tuned, failed and ``key_mismatch``, over both sweeps;
 - ``warm/<dynamic>``: ``autotune.warm_start(<that db>)`` then ``mode="max-autotune"``,
   in each dynamic mode: ``static`` (``dynamic=False``), ``auto`` (torch's default; called
   at B, then at 2B, which recompiles with a dynamic batch) and ``dynamic``
@@ -177,7 +178,8 @@ def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
     waiting = any(s.kind == "warm" and (s.model, s.mode) == (step.model, step.mode) and not _done(run, steps.get(s.key))
                   for s in planned)
     captured = steps["sweep"].get("batch_sizes") or []
-    stale = not set(sweep_sizes(run, step.model)) <= set(captured)
+    stale = not set(sweep_sizes(run, step.model)) <= set(captured) or (
+        "dynamic" in run.args.dynamics and not steps["sweep"].get("dynamic"))
     return waiting and (stale or not run.cache_path(step.model, step.mode).exists())
 
 
@@ -185,6 +187,40 @@ def sweep_sizes(run: Run, model: str) -> list[int]:
     """B, and 2B when a dynamic mode is selected (auto's recompile runs at 2B)."""
     batch = zoo.ZOO[model].batch(run.device)
     return [batch, 2 * batch] if set(run.args.dynamics) - {"static"} else [batch]
+
+
+def sweep_passes(run: Run, model: str) -> list[list[str]]:
+    """The sweeps' arguments: the static graphs (and auto's recompile between them), then
+    with ``dynamic`` selected the graphs ``dynamic=True`` compiles at B, which a capture
+    gets only with ``--dynamic`` (it marks dimensions dynamic instead of capturing static ones)."""
+    passes = []
+    if set(run.args.dynamics) & {"static", "auto"}:
+        passes.append(["--batch-sizes", ",".join(map(str, sweep_sizes(run, model)))])
+    if "dynamic" in run.args.dynamics:
+        passes.append(["--dynamic", "--batch-sizes", str(zoo.ZOO[model].batch(run.device))])
+    return passes
+
+
+_SUMMED = ("found", "cached", "tuned", "failed", "wall_s", "process_wall_s", "sweep_wall_s", "capture_s",
+           "startup_s", "tuning_s")
+
+
+def merge_sweeps(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One sweep step's result from its passes: counts and seconds summed, statuses merged,
+    the first pass that did not end ok decides the status."""
+    merged = dict(results[0])
+    for result in results[1:]:
+        for key in _SUMMED:
+            if isinstance(result.get(key), (int, float)):
+                merged[key] = (merged.get(key) or 0) + result[key]
+        statuses = dict(merged.get("statuses") or {})
+        for status, count in (result.get("statuses") or {}).items():
+            statuses[status] = statuses.get(status, 0) + count
+        merged["statuses"] = statuses
+        merged["command"] = f"{merged.get('command', '')} && {result.get('command', '')}"
+        if merged.get("status") == "ok" and result.get("status") != "ok":
+            merged.update({k: v for k, v in result.items() if k not in _SUMMED and k not in ("statuses", "command")})
+    return merged
 
 
 def estimate_s(report: dict[str, Any], step: Step, device: str) -> float:
@@ -288,10 +324,15 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
             for path in _cache_files(cache):
                 path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
             options.batch_size = None
-            sizes = sweep_sizes(run, step.model)
-            options.sweep_arg = ["--batch-sizes", ",".join(map(str, sizes))]
-            result = _sweep_result(ct.run_sweep(model_run, options, log_path))
-            result["batch_sizes"] = sizes
+            passes = []
+            for sweep_arg in sweep_passes(run, step.model):
+                options.sweep_arg = sweep_arg
+                passes.append(_sweep_result(ct.run_sweep(model_run, options, log_path)))
+                if passes[-1].get("status") != "ok":
+                    break  # a sweep that cannot run: the next would fail the same way
+            result = merge_sweeps(passes)
+            result["batch_sizes"] = sweep_sizes(run, step.model)
+            result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(sweep_passes(run, step.model))
         else:
             result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
     except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too

@@ -22,6 +22,7 @@ from inductor_glue.capture import CAPTURE_CONFIG, CapturePolicy, fresh_inductor,
 from inductor_glue.inductor import choice_hash, installed  # noqa: E402
 from inductor_glue.modelfile import load_model_file  # noqa: E402
 from workers.reproduce import one_op_graph  # noqa: E402
+from workers.symbolic import symbol_numbers  # noqa: E402
 
 
 def _sources(choices: list[Any]) -> dict[str, tuple[str, str]]:
@@ -51,9 +52,9 @@ def replay_sources(request_json: dict[str, Any], overrides: dict[str, Any], devi
     request = TuningRequest.from_json(request_json)
     graph = one_op_graph(request, device)
     replay = Recording(device=device)
-    with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(replay):
+    with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(replay), symbol_numbers(graph.symbol_ids):
         with torch.no_grad():
-            torch.compile(graph.fn, mode="max-autotune")(*graph.inputs)
+            torch.compile(graph.fn, mode="max-autotune", dynamic=graph.dynamic)(*graph.inputs)
     return {"sources": getattr(replay, "sources", {}).get(request.key, {}),
             "keys": [o.inputs_key for o in replay.seen.values()], "environ": dict(os.environ)}
 

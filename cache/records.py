@@ -88,6 +88,10 @@ class InputLayout:
     # Dimensions whose size is symbolic in the graph (dynamic shapes); sizes then hold
     # Inductor's size hints, as inputs_key does.
     symbolic: tuple[int, ...] = ()
+    # The size expression of each symbolic dimension, in the graph's own symbols ("s27*s77",
+    # "16*s77"): Inductor writes them into kernel source, so a worker reproduces them exactly.
+    # Empty for inputs recorded before expressions were.
+    exprs: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -99,6 +103,8 @@ class InputLayout:
         }
         if self.symbolic:  # absent for static inputs: rows written before dynamic shapes stay equal
             data["symbolic"] = list(self.symbolic)
+        if self.exprs:
+            data["exprs"] = list(self.exprs)
         return data
 
     @classmethod
@@ -110,6 +116,7 @@ class InputLayout:
             dtype=str(data["dtype"]),
             device=str(data["device"]),
             symbolic=tuple(int(d) for d in data.get("symbolic", ())),
+            exprs=tuple(str(e) for e in data.get("exprs", ())),
         )
 
 
@@ -136,7 +143,12 @@ class TuningRequest:
         # inputs_key holds size hints only, so a graph with a dynamic batch asks with the
         # same inputs_key as the static graph of that size, but gets other candidates
         # (kernels for a symbolic size): it is another request.
-        return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic)
+        exprs = tuple(i.exprs for i in self.inputs)
+        if not any(exprs):  # recorded before size expressions were
+            return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic)
+        # Two graphs can ask with the same hints but other expressions (M = s0*s1 or 32*s0):
+        # their kernels differ, so they are different requests.
+        return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic, exprs)
 
     def to_json(self) -> dict[str, Any]:
         return {

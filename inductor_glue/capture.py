@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
-from .modelfile import ModelFile, ModelFileError, load_model_file
+from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -106,20 +106,29 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
-def _mark_batch_dynamic(inputs: tuple[Any, ...]) -> None:
-    """Dimension 0 of every tensor input symbolic, as a job compiling with dynamic shapes has it."""
+def _mark_batch_dynamic(inputs: tuple[Any, ...], dims: DynamicDims | None = None) -> None:
+    """The named dimensions symbolic (``dims``: input position -> dimensions; default
+    dimension 0 of every tensor input), as a job compiling with dynamic shapes has them."""
     import torch
 
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] > 1:  # 0 and 1 are always specialized
-            torch._dynamo.mark_dynamic(x, 0)
+    if dims is None:
+        dims = {i: (0,) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 1}
+    for index, named in dims.items():
+        for dim in named:
+            size = inputs[index].shape[dim]
+            if size > 1:
+                torch._dynamo.mark_dynamic(inputs[index], dim)
+            else:  # 0 and 1 are always specialized: Dynamo would refuse the mark
+                log.warning("input %d dimension %d has size %d here, so it stays static", index, dim, size)
 
 
 def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str,
-              later_inputs: tuple[tuple[Any, ...], ...] = (), mark_batch: bool = False) -> None:
+              later_inputs: tuple[tuple[Any, ...], ...] = (), mark_batch: bool = False,
+              dims: DynamicDims | None = None) -> None:
     """Compile module, call it on inputs, then on each of later_inputs (same compiled
     module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
-    shapes do in a job); with mark_batch the batch dimension is dynamic from the start."""
+    shapes do in a job); with mark_batch the dimensions ``dims`` (default: the batch
+    dimension) are dynamic from the start."""
     import torch
 
     if isinstance(module, torch.nn.Module):
@@ -129,7 +138,7 @@ def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, devi
     for call_inputs in (inputs, *later_inputs):
         call_inputs = tuple(_to_device(x, device) for x in call_inputs)
         if mark_batch:
-            _mark_batch_dynamic(call_inputs)
+            _mark_batch_dynamic(call_inputs, dims)
         _call(compiled, call_inputs, train)
 
 
@@ -255,8 +264,9 @@ def capture_model(
 
     Once per batch size; with several, the first size's compiled model is then called on
     the others in turn, which recompiles it with a dynamic batch (automatic dynamic
-    shapes, what a job whose batch size changes compiles). ``dynamic``: the batch dimension is dynamic
-    from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead.
+    shapes, what a job whose batch size changes compiles). ``dynamic``: the dimensions the
+    model file names in DYNAMIC_DIMS (default: the batch dimension, 0, of every tensor input)
+    are dynamic from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead.
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on.
     """
@@ -280,7 +290,8 @@ def capture_model(
         log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session, mode, dynamic)
         with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
             try:
-                _run_once(module, inputs, mode, train, device, later, mark_batch=dynamic)
+                _run_once(module, inputs, mode, train, device, later, mark_batch=dynamic,
+                          dims=model.marked_dims(inputs))
             except Exception as exc:  # the model's own error, or one its graph hits in Inductor
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 sizes = ",".join(str(b or "") for b in session)

@@ -171,6 +171,7 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
                 strides=tuple(int(s) for s in key[2 + ndim : 2 + 2 * ndim]),
                 offset=int(key[2 + 2 * ndim]),
                 symbolic=_symbolic_dims(node),
+                exprs=tuple(str(node.get_size()[d]) for d in _symbolic_dims(node)),
             )
         )
     return tuple(layouts)
@@ -179,6 +180,18 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
 def _symbolic_dims(node: Any) -> tuple[int, ...]:
     """Dimensions of node whose size is an expression in the graph's size symbols."""
     return tuple(d for d, size in enumerate(node.get_size()) if getattr(size, "free_symbols", None))
+
+
+def _symbol_hints(input_nodes: list[Any]) -> dict[str, int]:
+    """Each size symbol of the inputs and its hint: the expressions' hints alone do not say
+    how a product splits (32 = s27*s77 with s27=16, s77=2), and a worker needs each."""
+    from torch._inductor.virtualized import V
+
+    symbols = {sym for node in input_nodes for size in node.get_size() for sym in getattr(size, "free_symbols", ())}
+    sizevars = V.graph.sizevars
+    # torch 2.13 renamed size_hint (torch 2.11) to optimization_hint; the same number.
+    hint = getattr(sizevars, "optimization_hint", None) or sizevars.size_hint
+    return {str(sym): int(hint(sym)) for sym in sorted(symbols, key=str)}
 
 
 def _current_node_params() -> dict[str, Any]:
@@ -233,7 +246,11 @@ class Selector(sa.AlgorithmSelectorCache):
 
     def _describe(self, name: str, choices: list[Any], input_nodes: list[Any]) -> None:
         inputs_key = sa.create_inputs_key(input_nodes)
-        params = {"aten": _aten_kwargs(choices), "fx": _current_node_params(), "graph": _graph_decisions()}
+        params: dict[str, Any] = {"aten": _aten_kwargs(choices), "fx": _current_node_params(),
+                                  "graph": _graph_decisions()}
+        symbols = _symbol_hints(input_nodes)
+        if symbols:  # absent for static requests: their params stay as before
+            params["symbols"] = symbols
         observed = ObservedRequest(
             op=name,
             inputs_key=inputs_key,

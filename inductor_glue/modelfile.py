@@ -4,6 +4,10 @@
 ``(module, example_inputs_tuple)``; ``--entry NAME`` picks another function.
 The file may set ``torch._inductor.config`` options at import: those are
 recorded as overrides so that every worker applies them too.
+
+It may also set ``DYNAMIC_DIMS``: which dimensions ``autotune sweep --dynamic`` marks
+dynamic, by the positional index of an example input, e.g. ``{0: (0, 1)}`` for
+input_ids of shape (batch, seq). Without it, dimension 0 of every tensor input.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 DEFAULT_ENTRY = "example"
+DYNAMIC_DIMS = "DYNAMIC_DIMS"  # the module-level name
+
+DynamicDims = dict[int, tuple[int, ...]]  # example input's index -> its dynamic dimensions
 
 
 class ModelFileError(Exception):
@@ -29,6 +36,7 @@ class ModelFile:
     entry: str
     factory: Callable[..., Any]
     config_overrides: dict[str, Any]  # Inductor config the file changed at import
+    dynamic_dims: DynamicDims | None = None  # DYNAMIC_DIMS, None when the file sets none
 
     def build(self, batch_size: int | None) -> tuple[Any, tuple[Any, ...]]:
         """Call the entry and check what it returns."""
@@ -60,7 +68,70 @@ class ModelFile:
                 f"{self.path}: {self.entry}() returned example inputs with no tensor in them; "
                 "return (module, (torch.randn(...), ...)) with the inputs a real call would get"
             )
+        self.marked_dims(tuple(inputs))  # a DYNAMIC_DIMS that does not fit the inputs fails here
         return module, tuple(inputs)
+
+    def marked_dims(self, inputs: tuple[Any, ...]) -> DynamicDims:
+        """The dimensions `--dynamic` marks on these example inputs: DYNAMIC_DIMS, or
+        dimension 0 of every tensor input when the file names none."""
+        import torch
+
+        if self.dynamic_dims is None:
+            return {i: (0,) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 1}
+        return _check_dims_against_inputs(self.path, self.dynamic_dims, inputs)
+
+
+_DIMS_EXAMPLE = "e.g. DYNAMIC_DIMS = {0: (0, 1)} for input 0 of shape (batch, seq)"
+
+
+def _read_dynamic_dims(path: Path, value: Any) -> DynamicDims:
+    """DYNAMIC_DIMS as {int: (int, ...)}; a wrong type is one ModelFileError line."""
+    if not isinstance(value, dict):
+        raise ModelFileError(
+            f"{path}: {DYNAMIC_DIMS} must be a dict from an example input's position to its dynamic "
+            f"dimensions, got {type(value).__name__}; {_DIMS_EXAMPLE}"
+        )
+    dims: DynamicDims = {}
+    for index, named in value.items():
+        if isinstance(named, int) and not isinstance(named, bool):
+            named = (named,)
+        ok_index = isinstance(index, int) and not isinstance(index, bool)
+        ok_dims = isinstance(named, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool)
+                                                           for d in named)
+        if not (ok_index and ok_dims):
+            raise ModelFileError(
+                f"{path}: {DYNAMIC_DIMS} entry {index!r}: {named!r} must map an input position (int) to "
+                f"an int or a tuple of ints; {_DIMS_EXAMPLE}"
+            )
+        dims[index] = tuple(named)
+    return dims
+
+
+def _check_dims_against_inputs(path: Path, dims: DynamicDims, inputs: tuple[Any, ...]) -> DynamicDims:
+    """DYNAMIC_DIMS checked against the example inputs; negative dimensions counted from the end."""
+    import torch
+
+    checked: DynamicDims = {}
+    for index, named in dims.items():
+        if not 0 <= index < len(inputs):
+            raise ModelFileError(
+                f"{path}: {DYNAMIC_DIMS} names input {index}, but the example has {len(inputs)} "
+                f"input(s) (positions 0 to {len(inputs) - 1}); key it by the input's position"
+            )
+        tensor = inputs[index]
+        if not isinstance(tensor, torch.Tensor):
+            raise ModelFileError(
+                f"{path}: {DYNAMIC_DIMS} names input {index}, which is a {type(tensor).__name__}, not a "
+                "tensor; name only tensor inputs"
+            )
+        bad = [d for d in named if not -tensor.dim() <= d < tensor.dim()]
+        if bad:
+            raise ModelFileError(
+                f"{path}: {DYNAMIC_DIMS}[{index}] names dimension {bad[0]}, but input {index} has "
+                f"{tensor.dim()} (shape {tuple(tensor.shape)}); name dimensions 0 to {tensor.dim() - 1}"
+            )
+        checked[index] = tuple(sorted({d % tensor.dim() for d in named}))
+    return checked
 
 
 def _has_tensor(value: Any) -> bool:
@@ -116,7 +187,9 @@ def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
     except (TypeError, ValueError):
         pass
     overrides = _take_config_changes(before)
-    return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides)
+    raw_dims = getattr(module, DYNAMIC_DIMS, None)
+    dims = None if raw_dims is None else _read_dynamic_dims(path, raw_dims)
+    return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides, dynamic_dims=dims)
 
 
 def _take_config_changes(before: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """A training-job stand-in for hook tests, run in a fresh process with a fresh Inductor cache.
 
-usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook]
-       [--entry NAME] [--batch-size N] [--dynamic] [--next-batch-size N] [--config KEY=VALUE] [--pause-file PATH --resume-file PATH]
-       [--ready-file PATH --go-file PATH]
+usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook] [--model NAME]
+       [--entry NAME] [--batch-size N] [--dynamic | --mark-dynamic] [--next-batch-size N] [--next-seq-len N]
+       [--config KEY=VALUE] [--pause-file PATH --resume-file PATH] [--ready-file PATH --go-file PATH]
 
-It compiles tests/models/tiny_mlp.py under max-autotune (freezing on) and writes
+It compiles tests/models/NAME.py (default tiny_mlp) under max-autotune (freezing on) and writes
 what happened as JSON: hook stats, Inductor's benchmark count, the chosen
 choice's hash per request, where the output tensor (and the eager model's, the
 right answer) was saved, the seconds each
@@ -14,6 +14,7 @@ compile (with its first call) took, and when the job was done (to time its exit)
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -24,13 +25,13 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="hook-job-")
 
 import torch  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
 from torch._inductor import select_algorithm  # noqa: E402
 
 import autotune  # noqa: E402
 from inductor_glue.inductor import benchmark_count  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
-import tiny_mlp  # noqa: E402
 
 
 def _handshake(announce: str, wait_for: str) -> None:
@@ -48,9 +49,14 @@ def main() -> int:
     parser.add_argument("--no-hook", action="store_true")
     parser.add_argument("--entry", default="example")
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--model", default="tiny_mlp", help="a module in tests/models")
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
+    parser.add_argument("--mark-dynamic", action="store_true",
+                        help="torch._dynamo.mark_dynamic on the dimensions the model's DYNAMIC_DIMS names")
     parser.add_argument("--next-batch-size", type=int, default=None,
                         help="call the compiled model again on this batch size (automatic dynamic shapes)")
+    parser.add_argument("--next-seq-len", type=int, default=None,
+                        help="call the compiled model again on this sequence length (tiny_block)")
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--pause-file")
     parser.add_argument("--resume-file")
@@ -61,6 +67,7 @@ def main() -> int:
         key, _, value = pair.partition("=")
         setattr(torch._inductor.config, key, json.loads(value))
 
+    model_file = importlib.import_module(args.model)
     handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)
     chosen: dict[str, str] = {}
     margins: dict[str, float] = {}  # runner-up time / winner time, as this process measured
@@ -81,17 +88,23 @@ def main() -> int:
     for index, entry in enumerate(entries):
         if index and args.pause_file:  # let the test stop the database between the two compiles
             _handshake(args.pause_file, args.resume_file)
-        model, inputs = getattr(tiny_mlp, entry)(args.batch_size)
+        model, inputs = getattr(model_file, entry)(args.batch_size)
+        if args.mark_dynamic:
+            for index, dims in model_file.DYNAMIC_DIMS.items():
+                for dim in dims:
+                    torch._dynamo.mark_dynamic(inputs[index], dim)
         began = time.perf_counter()
         compiled = torch.compile(model, mode="max-autotune", dynamic=True if args.dynamic else None)
         with torch.no_grad():
             outputs.append(compiled(*inputs))
             if args.next_batch_size:  # a new batch size: the model recompiles with a dynamic batch
-                compiled(getattr(tiny_mlp, entry)(args.next_batch_size)[1][0])
+                compiled(getattr(model_file, entry)(args.next_batch_size)[1][0])
+            if args.next_seq_len:  # a dynamic graph runs it as it is
+                compiled(getattr(model_file, entry)(args.batch_size, seq_len=args.next_seq_len)[1][0])
         compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)
-    model, inputs = getattr(tiny_mlp, args.entry)(args.batch_size)  # a fresh copy: freezing may change the compiled one
+    model, inputs = getattr(model_file, args.entry)(args.batch_size)  # a fresh copy: freezing may change the compiled one
     with torch.no_grad():
         torch.save(model(*inputs), args.out + ".eager.pt")
     result = {
@@ -103,6 +116,7 @@ def main() -> int:
         "output": tensor_path,
         "eager_output": args.out + ".eager.pt",
         "compile_seconds": compile_seconds,
+        "frames_compiled": int(counters["stats"]["unique_graphs"]),  # recompiles show here
         "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
     Path(args.out).write_text(json.dumps(result))

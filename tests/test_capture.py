@@ -53,6 +53,46 @@ def test_model_file_contract_errors_are_one_line(model: str, entry: str, needle:
     assert needle in str(error.value) and "\n" not in str(error.value)
 
 
+_DIMS_MODEL = """
+import torch
+DYNAMIC_DIMS = {dims}
+def example(batch_size=None):
+    return torch.nn.Linear(4, 4), (torch.randn(batch_size or 2, 3, 4), 0.5)
+"""
+
+
+@pytest.mark.parametrize(
+    ("dims", "needle"),
+    [("{2: (0,)}", "names input 2, but the example has 2 input(s)"),
+     ("{1: (0,)}", "names input 1, which is a float, not a tensor"),
+     ("{0: (0, 3)}", "names dimension 3, but input 0 has 3 (shape (2, 3, 4))"),
+     ("{0: (-4,)}", "names dimension -4"),
+     ("[0, 1]", "must be a dict from an example input's position"),
+     ("{'x': (0,)}", "must map an input position (int) to an int or a tuple of ints"),
+     ("{0: (0.5,)}", "must map an input position (int) to an int or a tuple of ints")],
+)
+def test_dynamic_dims_errors_are_one_line_with_the_fix(tmp_path: Path, dims: str, needle: str) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(_DIMS_MODEL.format(dims=dims))
+    with pytest.raises(ModelFileError) as error:
+        load_model_file(path).build(None)
+    message = str(error.value)
+    assert needle in message and "DYNAMIC_DIMS" in message and ";" in message and "\n" not in message, message
+
+
+def test_dynamic_dims_name_what_dynamic_marks(tmp_path: Path) -> None:
+    """An int is one dimension, negatives count from the end; without DYNAMIC_DIMS, dim 0 of each tensor."""
+    path = tmp_path / "model.py"
+    path.write_text(_DIMS_MODEL.format(dims="{0: (1, -1)}"))
+    model = load_model_file(path)
+    _, inputs = model.build(None)
+    assert model.marked_dims(inputs) == {0: (1, 2)}
+    path.write_text(_DIMS_MODEL.format(dims="{0: 1}"))
+    assert load_model_file(path).marked_dims(inputs) == {0: (1,)}
+    path.write_text(_DIMS_MODEL.format(dims="None"))
+    assert load_model_file(path).marked_dims(inputs) == {0: (0,)}
+
+
 def test_inductor_config_overrides_are_typed_and_checked() -> None:
     assert parse_config_overrides(["freezing=1", "max_autotune_gemm_backends=ATEN"]) == {
         "freezing": True, "max_autotune_gemm_backends": "ATEN"}

@@ -138,6 +138,26 @@ def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatc
     assert ran == ["unet infer sweep"]  # it fails again: its warm starts are errors again, not run
 
 
+def test_dynamic_true_rows_get_a_dynamic_sweep(conf: ModuleType, tmp_path: Path) -> None:
+    """dynamic=True compiles graphs only `--dynamic` captures; static and auto need the plain sweep."""
+    run = _run(conf, tmp_path, budget=1.0)
+    b = conf.zoo.ZOO["mlp_mixer"].batch("cpu")
+    run.args.dynamics = ["static", "auto", "dynamic"]
+    assert conf.sweep_passes(run, "mlp_mixer") == [["--batch-sizes", f"{b},{2 * b}"],
+                                                   ["--dynamic", "--batch-sizes", str(b)]]
+    run.args.dynamics = ["dynamic"]
+    assert conf.sweep_passes(run, "mlp_mixer") == [["--dynamic", "--batch-sizes", str(b)]]
+    run.args.dynamics = ["static"]
+    assert conf.sweep_passes(run, "mlp_mixer") == [["--batch-sizes", str(b)]]
+    merged = conf.merge_sweeps([
+        {"status": "ok", "command": "sweep a", "found": 4, "tuned": 4, "failed": 0, "wall_s": 10.0,
+         "statuses": {"ok": 4}},
+        {"status": "ok", "command": "sweep a --dynamic", "found": 3, "tuned": 2, "failed": 1, "wall_s": 5.0,
+         "statuses": {"ok": 2, "key_mismatch": 1}}])
+    assert (merged["found"], merged["tuned"], merged["failed"], merged["wall_s"]) == (7, 6, 1, 15.0)
+    assert merged["statuses"] == {"ok": 6, "key_mismatch": 1} and merged["command"].endswith("--dynamic")
+
+
 def test_a_sweep_with_failed_requests_is_data(conf: ModuleType) -> None:
     failed = conf._sweep_result({"status": "error", "error": "sweep exited 1", "rc": 1, "found": 3, "failed": 1})
     assert failed["status"] == "ok" and "1 requests failed" in failed["note"]

@@ -8,6 +8,8 @@ size hint 16. That one graph is what a job gets both with ``dynamic=True`` at ba
 and with automatic dynamic shapes after a first call at batch 8 (Dynamo marks the
 changed dimension dynamic and recompiles; the feature size is specialized by the
 weights either way).
+
+Dimensions named by the model file (DYNAMIC_DIMS): tests/test_dynamic_dims.py.
 """
 
 from __future__ import annotations

@@ -77,3 +77,34 @@ def test_runtime_tuning_policies_nest_and_come_off() -> None:
                 if owner == 1:  # another shard's kernel: its launcher is kept untuned
                     assert kernel.coordinate_descent_tuning(launcher) is launcher
     assert autotuner_cls.__dict__["coordinate_descent_tuning"] is original
+
+
+# ---------------------------------------------- symbolic sizes spelled as the model spelled them
+
+
+def test_monomial_sizes_split_into_their_factors() -> None:
+    from workers.symbolic import monomial
+
+    hints = {"s27": 16, "s77": 2}
+    assert monomial("s27*s77", hints) == [(16, "s27"), (2, "s77")]
+    assert monomial("16*s77", hints) == [(16, None), (2, "s77")]
+    assert monomial("s77**2", hints) == [(2, "s77"), (2, "s77")]
+    assert monomial("s77*(s27 - 1)", hints) is None  # a slice's size: not carried (README, limits)
+    assert monomial("s99", hints) is None  # a symbol without a recorded hint
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_carrier_holds_the_same_memory_and_unpacks_to_the_recorded_layout(transposed: bool) -> None:
+    from workers.reproduce import make_input
+    from workers.symbolic import carrier_for
+
+    sizes, strides = ((32, 8), (1, 32)) if transposed else ((32, 8), (8, 1))
+    layout = InputLayout(sizes, strides, 0, "torch.float32", "cpu", symbolic=(0,), exprs=("16*s77",))
+    tensor = make_input(layout, "cpu", torch.Generator().manual_seed(0))
+    carrier = carrier_for(tensor, layout, {"s77": 2})
+    assert carrier is not None and [size for size, _ in carrier.factors] == ([8, 16, 2] if transposed else [16, 2, 8])
+    packed = carrier.pack(tensor)
+    assert packed.data_ptr() == tensor.data_ptr()  # a view: the builder's reference still applies
+    unpacked = carrier.unpack(packed)
+    assert unpacked.shape == tensor.shape and unpacked.stride() == tensor.stride()
+    torch.testing.assert_close(unpacked, tensor, rtol=0, atol=0)

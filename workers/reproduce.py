@@ -8,12 +8,14 @@ reported as unsupported rather than guessed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from cache.records import InputLayout, TuningRequest
+
+from .symbolic import carry
 
 
 class UnsupportedRequest(Exception):
@@ -25,6 +27,9 @@ class OneOpGraph:
     fn: Callable[..., torch.Tensor]  # what torch.compile compiles (a function or a module)
     inputs: tuple[torch.Tensor, ...]
     reference: Callable[[], torch.Tensor]  # the same op in float32 eager, on the same values
+    dynamic: bool | None = None  # torch.compile's dynamic= for this graph
+    # Source name -> size symbol number, for workers.symbolic.symbol_numbers while it compiles.
+    symbol_ids: dict[str, int] = field(default_factory=dict)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -185,8 +190,15 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
         raise UnsupportedRequest(f"op {request.op} has no one-op reproduction")
     generator = torch.Generator().manual_seed(seed)
     graph = builder(request, device, generator)
-    _mark_symbolic(graph.inputs, request)
-    return graph
+    if not any(layout.symbolic for layout in request.inputs):
+        return graph
+    carried = carry(graph.fn, graph.inputs, request)
+    if carried is None:  # no expressions recorded, or none that can be carried
+        _mark_symbolic(graph.inputs, request)
+        return graph
+    # The carriers share the builder's tensors' memory, so its reference still applies.
+    return OneOpGraph(carried.module, carried.inputs, graph.reference,
+                      dynamic=True if carried.duck else None, symbol_ids=carried.symbol_ids)
 
 
 def _mark_symbolic(inputs: tuple[torch.Tensor, ...], request: TuningRequest) -> None:

@@ -41,6 +41,7 @@ from cache.records import (
 
 from .jobs import TuneJob
 from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
+from .symbolic import symbol_numbers
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,8 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
 
     graph = one_op_graph(job.request, job.device)
     config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
-    with fresh_inductor(config), installed(policy), no_runtime_tuning():
-        compiled = torch.compile(graph.fn, mode=job.mode)
+    with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids):
+        compiled = torch.compile(graph.fn, mode=job.mode, dynamic=graph.dynamic)
         with torch.no_grad():
             output = compiled(*graph.inputs)
     if job.device == "cuda":
@@ -177,8 +178,8 @@ def _mismatch(job: TuneJob, policy: TunePolicy) -> str | None:
     recorded = job.request
     key = recorded.key
     if key not in policy.seen:
-        seen = ", ".join(f"{o.op} {o.inputs_key}" for o in policy.seen.values()) or "no request"
-        return f"reproduction made {seen}, not {recorded.op} {recorded.inputs_key}"
+        seen = ", ".join(_describe(o.to_request()) for o in policy.seen.values()) or "no request"
+        return f"reproduction made {seen}, not {_describe(recorded)}"
     reproduced = set(policy.seen[key].to_request().choice_hashes)
     # Capture renders one Triton config per template (see CapturePolicy), so the
     # recorded set is a sample: each of its hashes must come out the same here.
@@ -191,6 +192,12 @@ def _mismatch(job: TuneJob, policy: TunePolicy) -> str | None:
                 f"{policy.env.config_fingerprint} vs {job.expected_env.device_name} / "
                 f"{job.expected_env.config_fingerprint}")
     return None
+
+
+def _describe(request: TuningRequest) -> str:
+    """Op and inputs_key, and the symbolic sizes, which inputs_key (hints only) leaves out."""
+    exprs = [e for layout in request.inputs for e in layout.exprs]
+    return f"{request.op} {request.inputs_key}" + (f" with sizes {', '.join(exprs)}" if exprs else "")
 
 
 def _with_every_candidate(request: TuningRequest, candidates: list[CandidateResult]) -> TuningRequest:
