@@ -324,15 +324,15 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
             for path in _cache_files(cache):
                 path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
             options.batch_size = None
-            passes = []
-            for sweep_arg in sweep_passes(run, step.model):
+            planned_passes, passes = sweep_passes(run, step.model), []
+            for sweep_arg in planned_passes:
                 options.sweep_arg = sweep_arg
                 passes.append(_sweep_result(ct.run_sweep(model_run, options, log_path)))
                 if passes[-1].get("status") != "ok":
                     break  # a sweep that cannot run: the next would fail the same way
             result = merge_sweeps(passes)
             result["batch_sizes"] = sweep_sizes(run, step.model)
-            result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(sweep_passes(run, step.model))
+            result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(planned_passes)
         else:
             result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
     except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too

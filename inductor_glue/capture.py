@@ -106,13 +106,11 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
-def _mark_batch_dynamic(inputs: tuple[Any, ...], dims: DynamicDims | None = None) -> None:
-    """The named dimensions symbolic (``dims``: input position -> dimensions; default
-    dimension 0 of every tensor input), as a job compiling with dynamic shapes has them."""
+def _mark_dynamic(inputs: tuple[Any, ...], dims: DynamicDims) -> None:
+    """The named dimensions symbolic (``dims``: input position -> dimensions, from
+    ``ModelFile.marked_dims``), as a job compiling with dynamic shapes has them."""
     import torch
 
-    if dims is None:
-        dims = {i: (0,) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.dim() >= 1}
     for index, named in dims.items():
         for dim in named:
             size = inputs[index].shape[dim]
@@ -123,12 +121,10 @@ def _mark_batch_dynamic(inputs: tuple[Any, ...], dims: DynamicDims | None = None
 
 
 def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str,
-              later_inputs: tuple[tuple[Any, ...], ...] = (), mark_batch: bool = False,
-              dims: DynamicDims | None = None) -> None:
+              later_inputs: tuple[tuple[Any, ...], ...] = (), dynamic_dims: DynamicDims | None = None) -> None:
     """Compile module, call it on inputs, then on each of later_inputs (same compiled
     module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
-    shapes do in a job); with mark_batch the dimensions ``dims`` (default: the batch
-    dimension) are dynamic from the start."""
+    shapes do in a job); ``dynamic_dims``, if given, are dynamic from the start."""
     import torch
 
     if isinstance(module, torch.nn.Module):
@@ -137,8 +133,8 @@ def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, devi
     compiled = torch.compile(module, mode=mode)
     for call_inputs in (inputs, *later_inputs):
         call_inputs = tuple(_to_device(x, device) for x in call_inputs)
-        if mark_batch:
-            _mark_batch_dynamic(call_inputs, dims)
+        if dynamic_dims is not None:
+            _mark_dynamic(call_inputs, dynamic_dims)
         _call(compiled, call_inputs, train)
 
 
@@ -290,8 +286,8 @@ def capture_model(
         log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session, mode, dynamic)
         with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
             try:
-                _run_once(module, inputs, mode, train, device, later, mark_batch=dynamic,
-                          dims=model.marked_dims(inputs))
+                _run_once(module, inputs, mode, train, device, later,
+                          dynamic_dims=model.marked_dims(inputs) if dynamic else None)
             except Exception as exc:  # the model's own error, or one its graph hits in Inductor
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 sizes = ",".join(str(b or "") for b in session)

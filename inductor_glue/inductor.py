@@ -163,6 +163,7 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
     for node in input_nodes:
         key = sa.AlgorithmSelectorCache.key_of(node)
         ndim = len(node.get_size())
+        symbolic = _symbolic_dims(node)
         layouts.append(
             InputLayout(
                 device=str(key[0]),
@@ -170,8 +171,8 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
                 sizes=tuple(int(s) for s in key[2 : 2 + ndim]),
                 strides=tuple(int(s) for s in key[2 + ndim : 2 + 2 * ndim]),
                 offset=int(key[2 + 2 * ndim]),
-                symbolic=_symbolic_dims(node),
-                exprs=tuple(str(node.get_size()[d]) for d in _symbolic_dims(node)),
+                symbolic=symbolic,
+                exprs=tuple(str(node.get_size()[d]) for d in symbolic),
             )
         )
     return tuple(layouts)
