@@ -258,10 +258,6 @@ class ArtifactSeams:
             log.debug("could not publish Dynamo packages", exc_info=True)
             return 0
 
-    @property
-    def packages_refused(self) -> int:
-        return self.package.refused if self.package is not None else 0
-
     def remove(self) -> None:
         if self.package is not None:
             self.package.remove()

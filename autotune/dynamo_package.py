@@ -60,7 +60,7 @@ class PackageSeam:
         from torch._dynamo.package import CompilePackage, DynamoCache
 
         source_id = CompilePackage.source_id_from_fn(fn)
-        key = self.keys.setdefault(source_id, _stored_key(fn, source_id, self.tier.device))
+        key = self.keys.setdefault(source_id, _stored_key(fn, source_id))
         path = os.path.join(DynamoCache.path_prefix(), source_id, "entry")
         if os.path.exists(path):
             return
@@ -99,10 +99,15 @@ class PackageSeam:
         return count
 
     def _refuse(self, reason: str) -> None:
+        """Count and (once a process) log a package not made or not used: the FX graph and
+        AOTAutograd entries serve the model all the same."""
         self.refused += 1
+        stats = getattr(self.tier, "stats", None)
+        if stats is not None:
+            stats.packages_refused = self.refused  # live in handle.stats, not only after a flush
         if self.refused == 1:
-            log.warning("autotune: Dynamo could not package this model (%s); its FX graph and "
-                        "AOTAutograd entries are shared instead", reason.splitlines()[0][:200])
+            log.warning("autotune: no Dynamo package for this model (%s); Dynamo traces it, and its FX graph "
+                        "and AOTAutograd entries are shared instead", reason.splitlines()[0][:300])
 
 
 def _has_guarded_code(entry: Any) -> bool:
@@ -111,10 +116,22 @@ def _has_guarded_code(entry: Any) -> bool:
     return any(getattr(code, "guarded_codes", None) and not getattr(code, "bypassed", False) for code in codes)
 
 
-def _stored_key(fn: Any, source_id: str, device: str) -> str:
-    from inductor_glue.env import current_environment
+def _stored_key(fn: Any, source_id: str) -> str:
+    from inductor_glue.env import default_device, package_environment
 
-    return f"{current_environment(device).key[:24]}:{_source_file_digest(fn)}:{source_id}"
+    return f"{package_environment(default_device())}:{_source_file_digest(fn)}{_module_digest(fn)}:{source_id}"
+
+
+def _module_digest(fn: Any) -> str:
+    """For a module's forward, a hash of the module tree (its repr: layers and sizes): every
+    ``nn.Sequential`` shares one forward in torch's own file, and one model's package must
+    not be offered to another."""
+    import torch
+
+    owner = getattr(fn, "__self__", None)
+    if not isinstance(owner, torch.nn.Module):
+        return ""
+    return "-" + hashlib.sha256(repr(owner).encode()).hexdigest()[:16]
 
 
 def _source_file_digest(fn: Any) -> str:
@@ -139,9 +156,40 @@ def _patched_load(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
                 seam.before_load(fn)
             except Exception:  # a cache problem never fails the compile
                 log.debug("could not fetch a Dynamo package", exc_info=True)
-        return original(self, fn)
+        entry = original(self, fn)
+        if entry is not None and seam is not None:
+            problem = _why_not_applicable(entry)
+            if problem is not None:
+                seam._refuse(f"the stored package does not apply here: {problem}")
+                return None  # Dynamo traces fn, as without a package
+        return entry
 
     return load
+
+
+def _why_not_applicable(entry: Any) -> str | None:
+    """What CompilePackage.initialize would fail on, checked before it runs: on torch 2.11 its
+    ImportError for a module this process cannot import (a model file the sweep loaded under
+    another name) is not caught, and the compile fails. None when the entry can be tried."""
+    import importlib
+
+    from torch._dynamo import package as dynamo_package
+
+    dynamo = getattr(entry, "dynamo", None)
+    try:
+        dynamo.check_versions()
+    except Exception as exc:  # noqa: BLE001 - another Python or torch
+        return f"{type(exc).__name__}: {exc}"
+    hash_lines = getattr(dynamo_package, "_hash_sourcelines", None)
+    for code in getattr(getattr(dynamo, "source_info", None), "inlined_sources", None) or ():
+        try:
+            module = importlib.import_module(code.module)
+        except Exception as exc:  # noqa: BLE001
+            return f"module {code.module} cannot be imported here ({type(exc).__name__}); import the model under " \
+                   "the name the sweep gave it (its file's stem)"
+        if hash_lines is not None and hash_lines(module, code.firstlineno, code.lastlineno) != code.checksum:
+            return f"the source of {code.module} (lines {code.firstlineno}-{code.lastlineno}) changed"
+    return None
 
 
 # What serialize_guards returns for guards it could not pickle; add_guarded_code then

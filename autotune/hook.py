@@ -368,7 +368,7 @@ class WarmStart:
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy
-        self._selector = install(policy)
+        self._selector = install(policy, lazy=True)  # built at the first lowering, if any
         self._kernel_device = _triton_device() if policy.settings.kernel_configs else None
         if self._kernel_device is not None:
             self._serve_kernel_configs(policy, self._kernel_device)
@@ -402,8 +402,7 @@ class WarmStart:
 
     def _publish_packages(self) -> None:
         if self._artifacts is not None:
-            self._artifacts.publish_packages()
-            self._policy.stats.packages_refused = self._artifacts.packages_refused
+            self._artifacts.publish_packages()  # a refusal counts itself in stats.packages_refused
 
     def uninstall(self) -> None:
         global _active

@@ -87,9 +87,18 @@ def _read_saved(cache: Any) -> tuple[str, dict[str, Any]] | None:
     return (key, value) if key is not None and isinstance(value, dict) else None
 
 
+# Config files this process wrote itself. Inductor saves a kernel's pointwise-autotune winner
+# before it runs coordinate descent from it (and marks it "found by coordesc" already when
+# descent is on), so a file saved here is not a finished config: descent must still run.
+_TUNED_HERE: set[str] = set()
+
+
 def _patched_save(original: Any, patch: StackedPatch[Saver]) -> Any:
     def save(self: Any, *args: Any, **kwargs: Any) -> Any:
         outcome = original(self, *args, **kwargs)
+        local = getattr(self, "local_cache", None)
+        if local:
+            _TUNED_HERE.add(os.path.realpath(local[1]))
         saver = patch.top
         if saver is not None:
             try:
@@ -149,8 +158,8 @@ def _stored_config_is(autotuner: Any, config: Any) -> bool:
         here = os.path.join(inductor_cache_dir(), os.path.basename(os.path.dirname(filename)),
                             os.path.basename(filename))
         cache = AutotuneCache.create(getattr(autotuner, "inductor_meta", {}) or {}, here, "")
-        if cache is None or not cache.local_cache:
-            return False
+        if cache is None or not cache.local_cache or os.path.realpath(cache.local_cache[1]) in _TUNED_HERE:
+            return False  # none stored, or tuned by this process and not finished yet
         with open(cache.local_cache[1]) as handle:
             stored = json.load(handle)
     except (OSError, ValueError, ImportError, TypeError):

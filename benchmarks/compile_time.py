@@ -213,13 +213,16 @@ def _emit(payload: dict[str, Any]) -> None:
 def _load_model_file(path: str) -> ModuleType:
     import importlib.util
 
-    # One fixed module name in every child: caching_precompile finds the model's
-    # classes again by module and name when it loads a package another process saved.
-    spec = importlib.util.spec_from_file_location("compile_time_model", path)
+    from inductor_glue.modelfile import module_name_for
+
+    # The module name the sweep gives the file too (its stem, as a job's `import` names it):
+    # a Dynamo package another process saved finds the model's classes by module and name.
+    name = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["compile_time_model"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)  # may set torch._inductor.config, as the contract allows
     return module
 
@@ -1524,6 +1527,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch.compile(dynamic=False|None|True) for every scenario (default: torch's own); "
                         "auto also calls at twice --batch-size after the first call, which recompiles with a "
                         "dynamic batch, and records that recompile")
+    parser.add_argument("--dynamo-package", action=argparse.BooleanOptionalAction, default=None,
+                        help="AUTOTUNE_DYNAMO_PACKAGE=1 or 0 for the sweep and every hook scenario (default: the "
+                        f"setting's own, on): whether the sweep publishes Dynamo's package and {ARTIFACTS} loads "
+                        "it, skipping tracing")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -1562,6 +1569,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--runs must be >= 1, --warmup >= 0 and --timeout > 0")
     if args.dynamic == "auto" and args.batch_size is None:
         raise SystemExit("--dynamic auto needs --batch-size: its second call runs at twice that")
+    if args.dynamo_package is not None:  # every child inherits it (see _child_env)
+        os.environ["AUTOTUNE_DYNAMO_PACKAGE"] = "1" if args.dynamo_package else "0"
     return benchmark(args)
 
 

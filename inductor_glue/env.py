@@ -133,6 +133,29 @@ def current_environment(device_kind: str) -> Environment:
     return Environment(config_fingerprint=digest(config)[:32], config=config, **static)
 
 
+def package_environment(device_kind: str) -> str:
+    """What a Dynamo package's key is filed under: versions, device and Inductor config.
+
+    Lighter than the full environment key: on a GPU that key's system hash hashes Triton's
+    whole install (1.1 s on an H100), which a job that loads its package pays for nothing
+    else. Triton's and CUDA's versions and the GPU's name stand in for it; the package's
+    compiled graphs keep their own keys, and Dynamo checks Python's and torch's versions.
+    """
+    import torch
+
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    # On CPU the thread count shapes C++ kernels, as in current_environment.
+    device = (torch.cuda.get_device_name(0) if device_kind == "cuda"
+              else f"{cpu_description()} {torch.get_num_threads()} threads")
+    parts = (device_kind, device, torch.__version__, triton_version, torch.version.cuda, relevant_config())
+    return digest(*parts)[:24]
+
+
 def kernel_config_environment(device_kind: str) -> Environment:
     """The environment pointwise/reduction configs are filed under: device and versions only.
 

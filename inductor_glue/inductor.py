@@ -297,13 +297,53 @@ def installed(policy: LookupPolicy) -> Iterator[Selector]:
 _previous: list[Any] = []
 
 
-def install(policy: LookupPolicy) -> Selector:
-    previous = sa._ALGORITHM_SELECTOR_CACHE
+class LazySelector:
+    """Stands in for the selector until Inductor first uses it.
+
+    Building a ``Selector`` computes Inductor's system hash, which hashes Triton's whole
+    install (1.1 s on an H100, torch 2.11). A compile served from compiled artifacts (an
+    FX graph or a Dynamo package) never lowers a GEMM and never needs it, so the hook
+    installs this instead; the first call or attribute Inductor asks for builds the real
+    one and puts it in place.
+    """
+
+    def __init__(self, policy: LookupPolicy, previous: Any) -> None:
+        self._policy = policy
+        self._previous = previous
+        self._selector: Selector | None = None
+        self._lock = threading.Lock()
+
+    def selector(self) -> Selector:
+        with self._lock:
+            if self._selector is None:
+                self._selector = _new_selector(self._policy, self._previous)
+                if sa._ALGORITHM_SELECTOR_CACHE is self:
+                    sa._ALGORITHM_SELECTOR_CACHE = self._selector
+            return self._selector
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.selector()(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.selector(), name)
+
+
+def _new_selector(policy: LookupPolicy, previous: Any) -> Selector:
     selector = Selector(policy)
     if previous is not None:
         # Keep what users registered on the selector we replace.
         selector.feedback_saver_fns = list(previous.feedback_saver_fns)
         selector.preprocessing_fns = list(previous.preprocessing_fns)
+    return selector
+
+
+def install(policy: LookupPolicy, *, lazy: bool = False) -> Any:
+    """Route every autotune lookup through ``policy``; returns the handle ``uninstall`` takes.
+    ``lazy``: build the selector only when Inductor first uses it (the warm-start hook)."""
+    previous = sa._ALGORITHM_SELECTOR_CACHE
+    selector: Any = LazySelector(policy, previous) if lazy else _new_selector(policy, previous)
     _previous.append(previous)
     sa._ALGORITHM_SELECTOR_CACHE = selector
     # Every policy gets pin digests on Triton choices; one that can answer from
@@ -312,8 +352,10 @@ def install(policy: LookupPolicy) -> Selector:
     return selector
 
 
-def uninstall(selector: Selector) -> None:
-    if sa._ALGORITHM_SELECTOR_CACHE is selector and _previous:
+def uninstall(selector: Any) -> None:
+    current = sa._ALGORITHM_SELECTOR_CACHE
+    installed_now = current is selector or (isinstance(selector, LazySelector) and current is selector._selector)
+    if installed_now and _previous:
         sa._ALGORITHM_SELECTOR_CACHE = _previous.pop()
         pinning.pop()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import keyword
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +155,37 @@ def _jsonable_override(value: Any) -> bool:
     return isinstance(value, (bool, int, float, str, type(None)))
 
 
+def module_name_for(path: str | Path) -> str:
+    """The module name a model file is imported under: its stem (``model.py`` -> ``model``),
+    as a training script's ``import model`` names it, so that what Dynamo records about the
+    model's classes and functions (its package's guards and inlined sources) names the same
+    module in the sweep and in the job. A stem that is no identifier, or that names another
+    module already imported or on ``sys.path``, gets a name of its own instead."""
+    path = Path(path).resolve()
+    stem = path.stem
+    if stem.isidentifier() and not keyword.iskeyword(stem) and _free_or_same(stem, path):
+        return stem
+    return "autotune_model_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+
+
+def _free_or_same(name: str, path: Path) -> bool:
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return _same_file(getattr(loaded, "__file__", None), path)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is None or _same_file(spec.origin, path)
+
+
+def _same_file(origin: str | None, path: Path) -> bool:
+    try:
+        return origin is not None and Path(origin).resolve() == path
+    except OSError:
+        return False
+
+
 def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
     """Import the file and find its entry; every failure is one ModelFileError line."""
     path = Path(path)
@@ -162,7 +194,7 @@ def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
     if path.suffix != ".py":
         raise ModelFileError(f"{path}: not a Python file; pass a .py file that defines {entry}()")
     before = _config_snapshot()
-    module_name = "autotune_model_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = module_name_for(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ModelFileError(f"{path}: cannot be imported as a Python module")

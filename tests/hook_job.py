@@ -31,8 +31,6 @@ from torch._inductor import select_algorithm  # noqa: E402
 import autotune  # noqa: E402
 from inductor_glue.inductor import benchmark_count  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent / "models"))
-
 
 def _handshake(announce: str, wait_for: str) -> None:
     Path(announce).write_text("waiting")
@@ -49,7 +47,9 @@ def main() -> int:
     parser.add_argument("--no-hook", action="store_true")
     parser.add_argument("--entry", default="example")
     parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--model", default="tiny_mlp", help="a module in tests/models")
+    parser.add_argument("--model", default="tiny_mlp", help="a module in --models-dir")
+    parser.add_argument("--models-dir", default=str(Path(__file__).parent / "models"),
+                        help="where the model module is imported from (default tests/models)")
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True)")
     parser.add_argument("--mark-dynamic", action="store_true",
                         help="torch._dynamo.mark_dynamic on the dimensions the model's DYNAMIC_DIMS names")
@@ -67,6 +67,7 @@ def main() -> int:
         key, _, value = pair.partition("=")
         setattr(torch._inductor.config, key, json.loads(value))
 
+    sys.path.insert(0, args.models_dir)
     model_file = importlib.import_module(args.model)
     handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)
     chosen: dict[str, str] = {}
@@ -117,6 +118,7 @@ def main() -> int:
         "eager_output": args.out + ".eager.pt",
         "compile_seconds": compile_seconds,
         "frames_compiled": int(counters["stats"]["unique_graphs"]),  # recompiles show here
+        "dynamo_cache": dict(counters["dynamo_cache"]),  # Dynamo's package: hit / miss / error
         "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
     Path(args.out).write_text(json.dumps(result))

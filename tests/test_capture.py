@@ -8,7 +8,7 @@ import pytest
 
 from inductor_glue.capture import capture_file
 from inductor_glue.inductor import benchmark_count
-from inductor_glue.modelfile import ModelFileError, load_model_file, parse_config_overrides
+from inductor_glue.modelfile import ModelFileError, load_model_file, module_name_for, parse_config_overrides
 
 MODELS = Path(__file__).parent / "models"
 TINY = str(MODELS / "tiny_mlp.py")
@@ -98,3 +98,14 @@ def test_inductor_config_overrides_are_typed_and_checked() -> None:
         "freezing": True, "max_autotune_gemm_backends": "ATEN"}
     with pytest.raises(ModelFileError, match="not an option"):
         parse_config_overrides(["no_such_option=1"])
+
+
+def test_a_model_file_is_imported_under_its_stem_as_a_training_script_imports_it(tmp_path: Path) -> None:
+    # Dynamo's package names the model's module: the sweep and the job must agree on it.
+    source = "import torch\n\ndef example(batch_size=None):\n    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n"
+    for name in ("my_model", "json", "my-model"):
+        (tmp_path / f"{name}.py").write_text(source)
+    model = load_model_file(tmp_path / "my_model.py")
+    assert model.factory.__module__ == "my_model"
+    assert module_name_for(tmp_path / "json.py").startswith("autotune_model_")  # the standard library's json
+    assert module_name_for(tmp_path / "my-model.py").startswith("autotune_model_")  # no importable name

@@ -185,3 +185,48 @@ def test_a_kernel_loaded_from_a_compiled_graph_keeps_its_stored_config(
     finally:
         kernel_configs.pop()
     assert ran == [other] and same.config.found_by_coordesc is True
+
+
+def test_a_config_this_process_just_tuned_still_gets_coordinate_descent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inductor saves the pointwise-autotune winner before descending from it; that file is
+    not a stored config to trust (the sweep's pass stored slower GELU configs that way)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    meta = {"autotune_local_cache": True}
+    kernel = str(tmp_path / "ab" / "kernel.py")
+    tuning = SimpleNamespace(filename=kernel, inductor_meta=meta, autotune_cache_info={"autotune_cache_state": "miss"})
+    launcher = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))
+    ran: list[object] = []
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
+                        lambda self, launcher, *a, **k: ran.append(launcher) or launcher)
+    kernel_configs.push(lambda key, value: None)
+    try:
+        # What autotune_to_one_config does right before coordinate descent.
+        AutotuneCache.create(meta, kernel, "configs-hash").save(_tuned_config(), 5_000_000, found_by_coordesc=True)
+        CachingAutotuner.coordinate_descent_tuning(tuning, launcher)
+    finally:
+        kernel_configs.pop()
+    assert ran == [launcher]
+
+
+def test_the_hook_builds_inductors_selector_only_when_inductor_first_uses_it(sqlite_url: str) -> None:
+    """Building it hashes Triton's install (1.1 s on an H100): a compile served from a
+    compiled artifact never lowers a GEMM, so the hook puts a stand-in in place."""
+    from inductor_glue.inductor import LazySelector, Selector, install, uninstall
+
+    before = sa._ALGORITHM_SELECTOR_CACHE
+    policy = ServePolicy(Settings(cache=sqlite_url))
+    handle = install(policy, lazy=True)
+    try:
+        assert isinstance(sa._ALGORITHM_SELECTOR_CACHE, LazySelector) and handle._selector is None
+        built = sa.get_algorithm_selector_cache().selector()  # what a lowering reaches first
+        assert isinstance(built, Selector) and built.policy is policy
+        sa.add_feedback_saver(lambda *args: None)  # Inductor's own API reaches the real one
+        assert sa._ALGORITHM_SELECTOR_CACHE is built and len(built.feedback_saver_fns) >= 1
+    finally:
+        uninstall(handle)
+        policy.close()
+    assert sa._ALGORITHM_SELECTOR_CACHE is before
