@@ -91,8 +91,8 @@ class Settings:
     # Artifact tier on/off; with no keys configured it is off anyway.
     artifacts: bool = True
     # Artifact tier: share Dynamo's package too (torch's caching_precompile), so a fresh node
-    # skips tracing (on an H100, torch 2.11: the transformer's first call 0.46x default with it,
-    # 0.79x without). A model Dynamo cannot package, or a job that cannot use the package,
+    # skips tracing (on an H100, torch 2.11: the transformer's first call 0.46-0.53x default with
+    # it, 0.73-0.79x without). A model Dynamo cannot package, or a job that cannot use the package,
     # falls back to the FX graph and AOTAutograd entries with one warning.
     dynamo_package: bool = True
 

@@ -94,18 +94,20 @@ def cpu_description() -> str:
     return f"{model} [{isa}]"
 
 
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return str(triton.__version__)
+
+
 @functools.cache
 def _static_part(device_kind: str) -> dict[str, Any]:
     """Parts that cannot change within a process: computed once."""
     import torch
     from torch._inductor.codecache import CacheBase
 
-    try:
-        import triton
-
-        triton_version: str | None = triton.__version__
-    except ImportError:
-        triton_version = None
     if device_kind == "cuda":
         device_name = torch.cuda.get_device_name(0)
     else:
@@ -114,7 +116,7 @@ def _static_part(device_kind: str) -> dict[str, Any]:
         "device_kind": device_kind,
         "device_name": device_name,
         "torch_version": torch.__version__,
-        "triton_version": triton_version,
+        "triton_version": _triton_version(),
         "cuda_version": torch.version.cuda,
         "system_hash": CacheBase.get_system()["hash"],
     }
@@ -143,16 +145,10 @@ def package_environment(device_kind: str) -> str:
     """
     import torch
 
-    try:
-        import triton
-
-        triton_version: str | None = triton.__version__
-    except ImportError:
-        triton_version = None
     # On CPU the thread count shapes C++ kernels, as in current_environment.
     device = (torch.cuda.get_device_name(0) if device_kind == "cuda"
               else f"{cpu_description()} {torch.get_num_threads()} threads")
-    parts = (device_kind, device, torch.__version__, triton_version, torch.version.cuda, relevant_config())
+    parts = (device_kind, device, torch.__version__, _triton_version(), torch.version.cuda, relevant_config())
     return digest(*parts)[:24]
 
 
