@@ -158,6 +158,17 @@ def test_compiles_wait_once_for_the_config_loader_and_the_patch_comes_off() -> N
     assert AsyncCompile.__dict__["triton"] is original
 
 
+def _recorded_descents(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Inductor's coordinate descent replaced by a recorder (Triton cannot run on CPU machines):
+    the launchers it was asked to tune, in order, beneath the hook's wrapper."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    ran: list[object] = []
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
+                        lambda self, launcher, *a, **k: ran.append(launcher) or launcher)
+    return ran
+
+
 def test_a_kernel_loaded_from_a_compiled_graph_keeps_its_stored_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,9 +186,7 @@ def test_a_kernel_loaded_from_a_compiled_graph_keeps_its_stored_config(
                              autotune_cache_info={"autotune_cache_state": "miss"})
     same = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))
     other = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 128}, num_warps=4, num_stages=1))
-    ran: list[object] = []
-    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
-                        lambda self, launcher, *a, **k: ran.append(launcher) or launcher)
+    ran = _recorded_descents(monkeypatch)
     kernel_configs.push(lambda key, value: None)
     try:
         assert CachingAutotuner.coordinate_descent_tuning(loaded, same) is same
@@ -199,9 +208,7 @@ def test_a_config_this_process_just_tuned_still_gets_coordinate_descent(
     kernel = str(tmp_path / "ab" / "kernel.py")
     tuning = SimpleNamespace(filename=kernel, inductor_meta=meta, autotune_cache_info={"autotune_cache_state": "miss"})
     launcher = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))
-    ran: list[object] = []
-    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
-                        lambda self, launcher, *a, **k: ran.append(launcher) or launcher)
+    ran = _recorded_descents(monkeypatch)
     kernel_configs.push(lambda key, value: None)
     try:
         # What autotune_to_one_config does right before coordinate descent.
