@@ -650,9 +650,17 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
             if pointwise.packages_refused else ""
         console.print(escape(f"end-to-end compile: {pointwise.saved} pointwise/reduction configs stored{artifacts}"
                              f"{refused} in {pointwise.seconds:.1f} s{failed}"))
+        if pointwise.verdicts:
+            console.print(escape(_verdict_line(pointwise.verdicts)))
         if pointwise.gemm_misses:  # the end-to-end check: a real compile of the model missed
             console.print(escape(f"warning: compiling the model with the new cache still missed "
                                  f"{pointwise.gemm_misses} GEMM/conv request(s); see `autotune cache ls --misses`"))
+
+
+def _verdict_line(verdicts: list[dict[str, Any]]) -> str:
+    changed = [v for v in verdicts if v.get("changed")]
+    line = f"timed in the graph: {len(verdicts)} GEMM/conv request(s), {len(changed)} winner(s) changed"
+    return line + "".join(f"; {v['request']}: {v['winner_before']} -> {v['winner_after']}" for v in changed)
 
 
 @main.command()

@@ -85,6 +85,8 @@ class HookStats:
     artifacts_rejected: int = 0
     artifacts_published: int = 0
     packages_refused: int = 0
+    # The sweep's end-to-end pass only: each hit it timed in the graph's process (autotune/in_graph.py).
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,9 +105,12 @@ def _import_store_modules() -> None:
 class ServePolicy:
     """Answers lookups from the store, with Inductor's own behaviour as the fallback."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, time_in_graph: bool = False) -> None:
         self.settings = settings
         self.stats = HookStats()
+        # The sweep's end-to-end pass: hits are timed in this process and stored as verdicts.
+        self.time_in_graph = time_in_graph
+        self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
         # the GIL shared with the job's own imports) they alone once took over 2 s and
@@ -166,15 +171,17 @@ class ServePolicy:
         # Key and environment once per lookup: the miss path needs them again.
         plain, env = request.to_request(), self._env(request)
         try:
-            answer = self._answer_from_cache(env, plain, choices)
+            stored = self._stored_answer(env, plain, choices)
         except Exception as exc:  # a bug here must not break the compile either
             self._disable(exc)
-            answer = None
-        if answer is not None:
-            if benchmark is not None:
-                self.stats.hits += 1
-            return answer
-        return self._miss(env, plain, choices, benchmark, default)
+            stored = None
+        if stored is None:
+            return self._miss(env, plain, choices, benchmark, default)
+        if self.time_in_graph and len(choices) > 1:
+            return self._time_in_graph(stored[0], benchmark, default)
+        if benchmark is not None:
+            self.stats.hits += 1
+        return stored[1]
 
     def _env(self, request: ObservedRequest) -> Environment:
         from inductor_glue.env import current_environment
@@ -182,7 +189,9 @@ class ServePolicy:
         device = request.inputs[0].device if request.inputs else "cpu"
         return current_environment(device)
 
-    def _answer_from_cache(self, env: Environment, request: TuningRequest, choices: list[Any]) -> Timings | None:
+    def _stored_answer(self, env: Environment, request: TuningRequest,
+                       choices: list[Any]) -> tuple[TuningResult, Timings] | None:
+        """The stored result and the timings it gives ``choices``; None on a miss."""
         stored: TuningResult | None = self._call(lambda store: store.lookup(env, request.key))
         if stored is None or stored.status != STATUS_OK:
             return None
@@ -196,7 +205,24 @@ class ServePolicy:
             self.stats.winner_not_generated += 1
             log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
                         winner.name, shape_summary(request))
-        return {c: times[choice_hash(c)] for c in choices}
+        return stored, {c: times[choice_hash(c)] for c in choices}
+
+    def _time_in_graph(self, stored: TuningResult, benchmark: Benchmark | None,
+                       default: Callable[[], Timings]) -> Timings:
+        """Time the offered choices as Inductor itself does, here, and keep the verdict."""
+        from .in_graph import verdict
+
+        timings = default()  # with benchmark None: Inductor's precompile check, nothing timed yet
+        if benchmark is None or stored.request.key in self._verdicts:
+            return timings
+        self._verdicts.add(stored.request.key)
+        self.stats.hits += 1
+        found = verdict(stored, {choice_hash(c): ms for c, ms in timings.items()})
+        if found is not None:
+            self.stats.verdicts.append(found.to_json())
+            if self.settings.write_back and not self.settings.read_only:
+                self._store_later(lambda store: store.put_result(found.result))
+        return timings
 
     def _miss(self, env: Environment, request: TuningRequest, choices: list[Any], benchmark: Benchmark | None,
               default: Callable[[], Timings]) -> Timings:
@@ -321,16 +347,24 @@ class ServePolicy:
             return
         env = kernel_config_environment(device)
 
-        def put() -> None:
+        def put(store: Any) -> None:
+            store.put_kernel_configs(env, {key: value})
+            self.stats.kernel_configs_saved += 1
+            if len(self.stats.saved_keys) < 64 and key not in self.stats.saved_keys:
+                self.stats.saved_keys.append(key)
+
+        self._store_later(put)
+
+    def _store_later(self, work: Callable[[Any], None]) -> None:
+        """Run ``work(store)`` on the writer thread (compiles never wait for it); an error
+        disables the cache, as any other store error does."""
+        def run() -> None:
             try:
-                self._open().put_kernel_configs(env, {key: value})
-                self.stats.kernel_configs_saved += 1
-                if len(self.stats.saved_keys) < 64 and key not in self.stats.saved_keys:
-                    self.stats.saved_keys.append(key)
+                work(self._open())
             except Exception as exc:
                 self._disable(exc)
 
-        self._writer.submit(put)
+        self.submit_write(run)
 
     def submit_write(self, work: Callable[[], None]) -> None:
         """Run a write on the writer thread, so compiles never wait for it."""
@@ -469,16 +503,26 @@ def warm_start(
     neither read nor written. A key file that is missing or malformed raises
     ``KeyFileError`` here, naming the file, before anything is installed.
     """
-    global _active
     base = settings or Settings.from_env()
     settings = base.replace(cache=cache, on_miss=on_miss, write_back=write_back,
                             read_only=read_only or base.read_only,
                             trusted_keys=tuple(trusted_keys) if trusted_keys is not None else None,
                             signing_key=signing_key)
-    trusted, signer = load_keys(settings)
+    return _install(settings)
+
+
+def warm_start_timing_in_graph(settings: Settings) -> WarmStart:
+    """The sweep's end-to-end pass: served like a job, except that each hit is timed in
+    this process and stored as its in-graph verdict (autotune/in_graph.py)."""
+    return _install(settings, time_in_graph=True)
+
+
+def _install(settings: Settings, *, time_in_graph: bool = False) -> WarmStart:
+    global _active
+    trusted, signer = load_keys(settings)  # a bad key file raises before anything is replaced
     if _active is not None:
         _active.uninstall()
-    _active = WarmStart(ServePolicy(settings), trusted, signer)
+    _active = WarmStart(ServePolicy(settings, time_in_graph=time_in_graph), trusted, signer)
     return _active
 
 

@@ -49,6 +49,7 @@ class PointwiseReport:
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
+    verdicts: list[dict[str, Any]] = field(default_factory=list)  # GEMMs timed in the graph (in_graph.py)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -62,18 +63,36 @@ class PointwiseReport:
         self.artifacts_published += stats.artifacts_published
         self.packages_refused += stats.packages_refused
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
+        self.verdicts += stats.verdicts
+
+    @property
+    def verdicts_changed(self) -> int:
+        return sum(1 for v in self.verdicts if v.get("changed"))
 
 
-def _passes(settings: Settings, device: str) -> list[Settings]:
-    """The compiles to make: on a GPU with a signing key, two. A compiled graph keeps
-    its kernels' autotuners as they were built, with every heuristic config when the
-    kernels were not tuned yet, and a node that loads it would tune them all again at
-    their first run. So the first pass tunes and stores the configs (publishing
-    nothing), and the second compiles with those configs served, so each kernel is
-    built with its one tuned config, and publishes that."""
-    if device != "cuda" or not settings.signing_key or not settings.kernel_configs:
-        return [settings]
-    return [dataclasses.replace(settings, signing_key=None), settings]
+@dataclass(frozen=True)
+class Pass:
+    """One end-to-end compile of the pass."""
+
+    settings: Settings
+    time_in_graph: bool = False  # time each served GEMM here and store the verdict (in_graph.py)
+
+
+def plan_passes(settings: Settings, device: str, time_in_graph: bool) -> list[Pass]:
+    """The compiles to make. The first times the GEMMs in the graph when asked (on GPUs,
+    where Inductor's fusion benchmarks weigh those timings against fresh ones).
+
+    On a GPU with a signing key there are two. A compiled graph keeps its kernels'
+    autotuners as they were built, with every heuristic config when the kernels were not
+    tuned yet, and a node that loads it would tune them all again at their first run; and
+    its GEMM choices must be the ones the verdicts give, as a job's are. So the first pass
+    times and tunes, and stores the configs and verdicts (publishing nothing), and the
+    second compiles as a job would, everything served, and publishes that.
+    """
+    device_tunes = device == "cuda" and settings.kernel_configs
+    if not settings.signing_key or not (device_tunes or time_in_graph):
+        return [Pass(settings, time_in_graph)]
+    return [Pass(dataclasses.replace(settings, signing_key=None), time_in_graph), Pass(settings)]
 
 
 def tune_pointwise(
@@ -85,33 +104,52 @@ def tune_pointwise(
     inductor_config: dict[str, Any] | None,
     train: bool,
     device: str,
+    time_in_graph: bool = False,
 ) -> PointwiseReport:
-    """Compile and run ``model`` once per batch size with the hook installed. Never raises."""
-    import torch
+    """Compile and run ``model`` once per batch size with the hook installed. Never raises.
 
-    from .hook import warm_start
-
+    ``time_in_graph``: the first compile times each served GEMM in this process and stores
+    the verdict; when one changes a winner and no second compile was planned, one follows,
+    so the kernels of the changed choices get their configs tuned too."""
     report = PointwiseReport()
     started = time.perf_counter()
     try:
         for batch_size in batch_sizes:
-            overrides = {**model.config_overrides, **(inductor_config or {})}
-            for pass_settings in _passes(settings, device):
-                module, inputs = model.build(batch_size)
-                # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
-                with fresh_inductor(overrides), warm_start(pass_settings.cache, settings=pass_settings) as handle:
-                    try:
-                        _run_end_to_end(model, module, inputs, mode, train, device)
-                        if device == "cuda":
-                            torch.cuda.synchronize()
-                    finally:  # what a failed pass did store still counts
-                        handle.flush()
-                        report.add(handle.stats)
+            passes = plan_passes(settings, device, time_in_graph)
+            while passes:
+                current = passes.pop(0)
+                stats = _compile_once(model, current, batch_size, mode, inductor_config, train, device, report)
+                if current.time_in_graph and not passes and any(v["changed"] for v in stats.verdicts):
+                    passes.append(Pass(settings))
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode: str,
+                  inductor_config: dict[str, Any] | None, train: bool, device: str,
+                  report: PointwiseReport) -> Any:
+    """One compile and run of the model, its hook stats counted into ``report``."""
+    import torch
+
+    from .hook import warm_start, warm_start_timing_in_graph
+
+    overrides = {**model.config_overrides, **(inductor_config or {})}
+    module, inputs = model.build(batch_size)
+    install = warm_start_timing_in_graph if current.time_in_graph else (
+        lambda s: warm_start(s.cache, settings=s))
+    # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
+    with fresh_inductor(overrides), install(current.settings) as handle:
+        try:
+            _run_end_to_end(model, module, inputs, mode, train, device)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        finally:  # what a failed pass did store still counts
+            handle.flush()
+            report.add(handle.stats)
+    return handle.stats
 
 
 def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode: str, train: bool,
@@ -190,6 +228,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused"):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
+        merged.verdicts += report.verdicts
     errors = [r.error for r in reports if r.error]
     merged.error = "; ".join(errors) if errors else None
     return merged
@@ -251,6 +290,8 @@ class PointwiseSpec:
     signing_key: str | None = None
     shard: list[int] = field(default_factory=lambda: [0, 1])  # [rank, count]: tune only this share
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of the process (None: as the sweep's)
+    # Time the served GEMMs in the graph and store the verdicts (None: on a GPU, unsharded).
+    time_in_graph: bool | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -304,9 +345,15 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     if go.readline().strip() != "go":  # the sweep ended without storing winners
         return PointwiseReport(error="cancelled")
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
+    # A share of a model's kernels compiles the whole model in each of several processes,
+    # which must all weigh the same GEMM timings: those stored, not each its own.
+    time_in_graph = spec.time_in_graph
+    if time_in_graph is None:
+        time_in_graph = spec.device == "cuda" and spec.shard[1] == 1
     with tune_only_shard(*spec.shard):
         return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
-                              inductor_config=spec.inductor_config, train=spec.train, device=spec.device)
+                              inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
+                              time_in_graph=time_in_graph)
 
 
 def main(argv: list[str]) -> int:

@@ -211,3 +211,31 @@ def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
     assert process.proc.stdin is not None
     process.proc.stdin.close()  # the sweep failed before any winner was stored
     assert process.proc.wait(timeout=120) == 0
+
+
+def test_the_pass_times_served_gemms_in_the_graph_and_jobs_weigh_its_verdict(swept: str, tmp_path: Path) -> None:
+    """The end-to-end pass (on GPUs by default; asked for here on CPU) times each served
+    request's choices in its own process and stores that verdict; a job then weighs those
+    figures, benchmarking nothing (autotune/in_graph.py)."""
+    from autotune.in_graph import SOURCE
+    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from conftest import copy_sqlite
+
+    url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "verdict.db")
+    spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu", time_in_graph=True)
+    report = PointwiseProcess(spec).run(timeout=300)
+    assert report.error is None, report
+    assert report.gemm_misses == 0
+    assert len(report.verdicts) == 2 and all(len(v["in_graph_ms"]) >= 2 for v in report.verdicts)
+    with Store(url) as store:
+        stored = {r.request.key: r for _, r in store.list_results()}
+    for v in report.verdicts:
+        result = stored[v["request_key"]]
+        assert result.provenance.source == SOURCE
+        times = {c.name: c.time_ms for c in result.candidates}
+        assert {name: times[name] for name in v["in_graph_ms"]} == v["in_graph_ms"]
+        assert result.winner is not None and result.winner.name == v["winner_after"]
+        assert v["winner_after"] == min(v["in_graph_ms"], key=lambda name: v["in_graph_ms"][name])
+    served = job(tmp_path, "--cache", url, name="after-verdict")
+    assert served["benchmarks"] == 0 and _core(served["stats"])["hits"] == 2
+    assert served["chosen"] == _winners(url)

@@ -52,3 +52,24 @@ def test_plan_skips_cached_unless_forced() -> None:
 
 def test_shape_summary_reads_like_the_op() -> None:
     assert shape_summary(_request()) == "mm 64x128 @ 128x256 bf16"
+
+
+def test_an_in_graph_verdict_weighs_only_the_choices_timed_in_the_graph() -> None:
+    from autotune.in_graph import SOURCE, verdict
+    from factories import make_result
+
+    # Isolated: ATen 1.0 ms, three templates at 0.9, 0.8 and 0.7 ms (the winner).
+    stored = make_result(times=[1.0, 0.9, 0.8, 0.7])
+    aten, pinned = stored.candidates[0], stored.candidates[3]
+    assert stored.winner == pinned
+    # In the graph the job weighs ATen and the pinned winner only; ATen is faster there.
+    found = verdict(stored, {aten.choice_hash: 0.5, pinned.choice_hash: 0.6})
+    assert found is not None and found.changed
+    assert found.result.winner_hash == aten.choice_hash  # not the 0.8 ms template timed elsewhere
+    assert found.in_graph == {aten.name: 0.5, pinned.name: 0.6}
+    assert found.isolated == {aten.name: 1.0, pinned.name: 0.7}
+    assert found.result.provenance.source == SOURCE
+    assert [c.time_ms for c in found.result.candidates] == [0.5, 0.9, 0.8, 0.6]
+    # One choice timed (or one that failed): nothing was weighed, no verdict.
+    assert verdict(stored, {aten.choice_hash: 0.5, pinned.choice_hash: float("inf")}) is None
+    assert verdict(stored, {"unknown": 0.1, aten.choice_hash: 0.5}) is None

@@ -1,0 +1,78 @@
+"""In-graph verdicts: the end-to-end pass times each GEMM's served choices in the graph's process.
+
+On GPUs Inductor settles a template's epilogue and prologue fusions in the scheduler: it
+benchmarks the fused template now and compares it with the choices' timings plus the
+neighbouring kernel alone. Cold max-autotune measures all three in one process. A job
+served from the cache compares stored timings, taken by a sweep worker in a one-op graph in
+another process, with fresh ones, and the comparison tilts: on an H100 (torch 2.11) HF GPT-2's
+MLP down-projection came out as a Triton template with the GELU fused in, 418 us per call in
+the graph, where cold max-autotune keeps cuBLAS at 324 us.
+
+So the sweep's end-to-end pass times, in its own process and as cold max-autotune does, the
+choices a job weighs for each stored request (ATen and the pinned winner), and stores that
+verdict: those candidates' times, and the winner between them. The publishing compile and
+every job served from the data tier then weigh the same figures, and decide alike.
+
+Pure: no database, no Inductor. ``ServePolicy`` (autotune/hook.py) feeds it and stores the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cache.records import TuningResult
+
+from .plan import shape_summary
+
+SOURCE = "in_graph"  # Provenance.source of a result rewritten with its in-graph verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One request timed in the graph's process: what the job will weigh from now on."""
+
+    result: TuningResult  # the stored result with the in-graph times and winner
+    isolated: dict[str, float]  # choice name -> ms as the sweep's worker timed it
+    in_graph: dict[str, float]  # choice name -> ms as the end-to-end pass timed it
+    winner_before: str | None
+    winner_after: str
+
+    @property
+    def changed(self) -> bool:
+        return self.winner_before != self.winner_after
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": shape_summary(self.result.request),
+            "request_key": self.result.request.key,
+            "isolated_ms": self.isolated,
+            "in_graph_ms": self.in_graph,
+            "winner_before": self.winner_before,
+            "winner_after": self.winner_after,
+            "changed": self.changed,
+        }
+
+
+def verdict(stored: TuningResult, timed: dict[str, float]) -> Verdict | None:
+    """``stored`` with the candidates in ``timed`` (choice hash -> ms, measured in the
+    graph's process) given those times, and the fastest of them as the winner.
+
+    None when fewer than two known candidates were timed: there was nothing to weigh.
+    Only the timed candidates compete, since the others' stored times come from another
+    process and are not comparable with these.
+    """
+    names = {c.choice_hash: c.name for c in stored.candidates}
+    finite = {h: ms for h, ms in timed.items() if h in names and math.isfinite(ms)}
+    if len(finite) < 2:
+        return None
+    winner = min(finite, key=lambda h: (finite[h], h))
+    candidates = tuple(dataclasses.replace(c, time_ms=finite[c.choice_hash]) if c.choice_hash in finite else c
+                       for c in stored.candidates)
+    result = dataclasses.replace(stored, candidates=candidates, winner_hash=winner,
+                                 provenance=dataclasses.replace(stored.provenance, source=SOURCE))
+    isolated = {c.name: c.time_ms for c in stored.candidates if c.choice_hash in finite and c.time_ms is not None}
+    before = stored.winner.name if stored.winner is not None else None
+    return Verdict(result, isolated, {names[h]: ms for h, ms in finite.items()}, before, names[winner])
