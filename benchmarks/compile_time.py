@@ -347,7 +347,10 @@ def _cache_counters() -> dict[str, int]:
     """Which compile caches hit: FX graph, AOTAutograd, Dynamo packages (caching_precompile)."""
     from torch._dynamo.utils import counters
 
-    wanted = {"inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    wanted = {"inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+                           # kernels a cached graph brought ready to launch, and those Triton loaded
+                           "triton_bundler_load_static_autotuner", "triton_bundler_save_static_autotuner",
+                           "async_compile_cache_hit", "async_compile_cache_miss"),
               "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
               "dynamo_cache": ("dynamo_cache_hit", "dynamo_cache_miss", "dynamo_cache_error")}
     found = {name: int(counters[group][name]) for group, names in wanted.items() for name in names}
@@ -927,12 +930,27 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace,
         cmd += ["--batch-size", str(args.batch_size)]
     if args.kernel_profile:
         cmd += ["--kernel-profile"]
-    done = _run(cmd, _scenario_env(scenario, run, extra_env, args, scenario), args.timeout, log_path)
+    done = _run(_sampled(cmd, run.name, scenario), _scenario_env(scenario, run, extra_env, args, scenario),
+                args.timeout, log_path)
     result = _scenario_result(done, args.timeout)
     result.update(scenario=scenario, process_wall_s=done.wall_s)
     if result["status"] == "error" and "--precompile" in cmd and scenario not in MEGACACHE_LOADS:
         result = _without_precompile(scenario, run, cmd, extra_env, result, args, log_path)
     return result
+
+
+def _sampled(cmd: list[str], model: str, scenario: str) -> list[str]:
+    """``AUTOTUNE_BENCH_PYSPY=DIR``: the child runs under py-spy, which samples every thread's
+    stack by wall clock (waits included) into DIR/<model>-<scenario>.txt (collapsed stacks). A
+    diagnostic, like AUTOTUNE_BENCH_CPROFILE: it shows what overlaps and what waits, which
+    cProfile (the main thread, by CPU time) cannot."""
+    folder = os.environ.get("AUTOTUNE_BENCH_PYSPY")
+    if not folder or shutil.which("py-spy") is None:
+        return cmd
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    out = Path(folder) / f"{model}-{scenario}.txt"
+    return ["py-spy", "record", "--idle", "--threads", "--nonblocking", "--rate", "200", "--format", "raw",
+            "-o", str(out), "--"] + cmd
 
 
 def _scenario_env(scenario: str, run: ModelRun, extra_env: dict[str, str], args: argparse.Namespace,

@@ -103,23 +103,25 @@ def _triton_version() -> str | None:
 
 
 @functools.cache
-def _static_part(device_kind: str) -> dict[str, Any]:
-    """Parts that cannot change within a process: computed once."""
+def _device_and_versions(device_kind: str) -> dict[str, Any]:
+    """The device and the software versions: cheap, and fixed within a process."""
     import torch
-    from torch._inductor.codecache import CacheBase
 
-    if device_kind == "cuda":
-        device_name = torch.cuda.get_device_name(0)
-    else:
-        device_name = cpu_description()
     return {
         "device_kind": device_kind,
-        "device_name": device_name,
+        "device_name": torch.cuda.get_device_name(0) if device_kind == "cuda" else cpu_description(),
         "torch_version": torch.__version__,
         "triton_version": _triton_version(),
         "cuda_version": torch.version.cuda,
-        "system_hash": CacheBase.get_system()["hash"],
     }
+
+
+@functools.cache
+def _static_part(device_kind: str) -> dict[str, Any]:
+    """Parts that cannot change within a process, Inductor's system hash included: computed once."""
+    from torch._inductor.codecache import CacheBase
+
+    return {**_device_and_versions(device_kind), "system_hash": CacheBase.get_system()["hash"]}
 
 
 def current_environment(device_kind: str) -> Environment:
@@ -145,21 +147,27 @@ def package_environment(device_kind: str) -> str:
     """
     import torch
 
+    known = _device_and_versions(device_kind)
     # On CPU the thread count shapes C++ kernels, as in current_environment.
-    device = (torch.cuda.get_device_name(0) if device_kind == "cuda"
-              else f"{cpu_description()} {torch.get_num_threads()} threads")
-    parts = (device_kind, device, torch.__version__, _triton_version(), torch.version.cuda, relevant_config())
+    device = known["device_name"] if device_kind == "cuda" else f"{known['device_name']} {torch.get_num_threads()} threads"
+    parts = (device_kind, device, known["torch_version"], known["triton_version"], known["cuda_version"],
+             relevant_config())
     return digest(*parts)[:24]
 
 
 def kernel_config_environment(device_kind: str) -> Environment:
     """The environment pointwise/reduction configs are filed under: device and versions only.
 
-    Their keys hash the kernel source, which already carries every Inductor flag
-    that matters; and they are saved when a kernel first runs, outside the
-    compile, where torch.compile's mode options are no longer applied.
+    Their keys hash the kernel source, which already carries every Inductor flag that
+    matters and Triton's own hash (Inductor writes it into each kernel's metadata); and
+    they are saved when a kernel first runs, outside the compile, where torch.compile's
+    mode options are no longer applied. So Inductor's system hash is not needed here, and
+    it is dear: it hashes Triton's whole install. A job reads these configs on a thread
+    that the first kernel it loads from a cached graph waits for; on an H100 (torch 2.11)
+    that hash took 0.9 s of that thread, and its GIL slowed the job's own imports.
     """
-    return Environment(config_fingerprint="kernel-configs", config={}, **_static_part(device_kind))
+    known = _device_and_versions(device_kind)
+    return Environment(config_fingerprint="kernel-configs", config={}, system_hash=digest(known)[:32], **known)
 
 
 def cpu_threads(env: Environment) -> int | None:
