@@ -109,8 +109,10 @@ def tune_pointwise(
     """Compile and run ``model`` once per batch size with the hook installed. Never raises.
 
     ``time_in_graph``: the first compile times each served GEMM in this process and stores
-    the verdict; when one changes a winner and no second compile was planned, one follows,
-    so the kernels of the changed choices get their configs tuned too."""
+    the verdict; when one changes a winner, a served compile follows it (publishing
+    nothing), so the kernels around the changed choices get their configs tuned before the
+    publishing compile builds them (seen on an H100: a training step whose published graphs
+    held 6 untuned kernels, tuned again at a job's first call)."""
     report = PointwiseReport()
     started = time.perf_counter()
     try:
@@ -119,8 +121,10 @@ def tune_pointwise(
             while passes:
                 current = passes.pop(0)
                 stats = _compile_once(model, current, batch_size, mode, inductor_config, train, device, report)
-                if current.time_in_graph and not passes and any(v["changed"] for v in stats.verdicts):
-                    passes.append(Pass(settings))
+                if current.time_in_graph and any(v["changed"] for v in stats.verdicts):
+                    # A changed winner changes the kernels around it: tune theirs (served, as a
+                    # job compiles) before anything is published.
+                    passes.insert(0, Pass(current.settings))
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"
@@ -290,7 +294,8 @@ class PointwiseSpec:
     signing_key: str | None = None
     shard: list[int] = field(default_factory=lambda: [0, 1])  # [rank, count]: tune only this share
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES of the process (None: as the sweep's)
-    # Time the served GEMMs in the graph and store the verdicts (None: on a GPU, unsharded).
+    # Time the served GEMMs in the graph and store the verdicts (None: on a GPU, unsharded,
+    # unless AUTOTUNE_TIME_IN_GRAPH=0).
     time_in_graph: bool | None = None
 
     def to_json(self) -> str:
@@ -349,7 +354,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     # which must all weigh the same GEMM timings: those stored, not each its own.
     time_in_graph = spec.time_in_graph
     if time_in_graph is None:
-        time_in_graph = spec.device == "cuda" and spec.shard[1] == 1
+        time_in_graph = settings.time_in_graph and spec.device == "cuda" and spec.shard[1] == 1
     with tune_only_shard(*spec.shard):
         return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
                               inductor_config=spec.inductor_config, train=spec.train, device=spec.device,

@@ -95,6 +95,9 @@ class Settings:
     # it, 0.73-0.79x without). A model Dynamo cannot package, or a job that cannot use the package,
     # falls back to the FX graph and AOTAutograd entries with one warning.
     dynamo_package: bool = True
+    # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
+    # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
+    time_in_graph: bool = True
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

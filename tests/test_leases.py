@@ -107,3 +107,18 @@ def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
     assert set(owners) == {0, 1, 2, 3} and min(owners.values()) > 60  # spread evenly enough
     merged = merge_reports([PointwiseReport(saved=2, saved_keys=["x"]), PointwiseReport(saved=3, error="e")], 1.0)
     assert (merged.saved, merged.saved_keys, merged.error) == (5, ["x"], "e")
+
+
+def test_the_pass_plans_a_timing_compile_first_and_publishes_last() -> None:
+    from autotune.pointwise import Pass, plan_passes
+    from autotune.settings import Settings
+
+    signed = Settings(signing_key="/keys/sweeper")
+    unsigned = Settings()
+    # GPU, signed: time and tune without publishing, then publish served (every config known).
+    assert plan_passes(signed, "cuda", True) == [Pass(Settings(signing_key=None), True), Pass(signed)]
+    # GPU, unsigned: one timing compile (a served one follows only if a verdict changed a winner).
+    assert plan_passes(unsigned, "cuda", True) == [Pass(unsigned, True)]
+    # CPU: no pointwise tuning, no fusion benchmarks: one compile, as a job's, publishing if signed.
+    assert plan_passes(signed, "cpu", False) == [Pass(signed)]
+    assert Settings.from_env({"AUTOTUNE_TIME_IN_GRAPH": "0"}).time_in_graph is False
