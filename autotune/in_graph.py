@@ -4,9 +4,9 @@ On GPUs Inductor settles a template's epilogue and prologue fusions in the sched
 benchmarks the fused template now and compares it with the choices' timings plus the
 neighbouring kernel alone. Cold max-autotune measures all three in one process. A job
 served from the cache compares stored timings, taken by a sweep worker in a one-op graph in
-another process, with fresh ones, and the comparison tilts: on an H100 (torch 2.11) HF GPT-2's
-MLP down-projection came out as a Triton template with the GELU fused in, 418 us per call in
-the graph, where cold max-autotune keeps cuBLAS at 324 us.
+another process, with fresh ones. And the one-op timing is not always the graph's: on an H100
+(torch 2.11) a training step's backward GEMMs each won as a Triton template alone, while in the
+graph's process cuBLAS beat every one of them (8-9 of 13 winners changed, runs 32-33).
 
 So the sweep's end-to-end pass times, in its own process and as cold max-autotune does, the
 choices a job weighs for each stored request (ATen and the pinned winner), and stores that

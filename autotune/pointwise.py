@@ -65,10 +65,6 @@ class PointwiseReport:
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
         self.verdicts += stats.verdicts
 
-    @property
-    def verdicts_changed(self) -> int:
-        return sum(1 for v in self.verdicts if v.get("changed"))
-
 
 @dataclass(frozen=True)
 class Pass:
