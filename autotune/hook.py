@@ -320,7 +320,7 @@ class ServePolicy:
             from inductor_glue.env import current_environment
 
             results = self._env_results(current_environment(device))  # inside the compile: the job's config
-            self._pins[device] = PinIndex(results) if results else None
+            self._pins[device] = PinIndex(results, fastest_template_too=self.time_in_graph) if results else None
         return self._pins[device]
 
     # --- pointwise/reduction configs -------------------------------------------------

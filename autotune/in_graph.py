@@ -13,6 +13,12 @@ choices a job weighs for each stored request (ATen and the pinned winner), and s
 verdict: those candidates' times, and the winner between them. The publishing compile and
 every job served from the data tier then weigh the same figures, and decide alike.
 
+Where ATen won alone, the pass times the fastest Triton config beside it (the worker has
+checked its numbers alone: workers/tune.py). With ATen's calls alone, the graph's process
+once chose between two of them: on an H100 it timed cuBLAS's bias epilogue ~1.7x slower than
+alone, and took plain ``addmm``, whose bias copy cost more in the graph than either
+(the transformer's kernel time 1.17x cold); cold max-autotune took a template there.
+
 Pure: no database, no Inductor. ``ServePolicy`` (autotune/hook.py) feeds it and stores the result.
 """
 

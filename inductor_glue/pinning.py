@@ -123,20 +123,32 @@ class PinIndex:
     A family that appears in a stored result is pinned: only the keys of stored
     winners in it are generated. If a family has no stored winner (ATen or
     another template won) none of its configs are generated.
+
+    ``fastest_template_too``: also generate each result's fastest Triton config when
+    ATen won it, so that a compile timing its choices in the graph weighs a template
+    against ATen as cold max-autotune does (autotune/in_graph.py).
     """
 
-    def __init__(self, results: list[Any]) -> None:
+    def __init__(self, results: list[Any], *, fastest_template_too: bool = False) -> None:
         self.allowed: dict[str, set[str]] = {}
         for result in results:
-            winner = result.winner
+            chosen = {result.winner.choice_hash} if result.winner is not None else set()
+            if fastest_template_too:
+                chosen |= _fastest_template(result)
             for candidate in result.candidates:
                 family = candidate.params.get(PIN_FAMILY)
                 if not family:
                     continue
                 keys = self.allowed.setdefault(str(family), set())
-                if winner is not None and candidate.choice_hash == winner.choice_hash:
+                if candidate.choice_hash in chosen:
                     keys.add(str(candidate.params.get(PIN_KEY)))
 
     def allows(self, pin: Pin) -> bool:
         keys = self.allowed.get(pin.family)
         return keys is None or pin.key in keys
+
+
+def _fastest_template(result: Any) -> set[str]:
+    """The choice hash of result's fastest pinnable Triton config (empty if it has none)."""
+    pinned = [c for c in result.candidates if c.params.get(PIN_KEY) and c.time_ms is not None]
+    return {min(pinned, key=lambda c: (c.time_ms, c.choice_hash)).choice_hash} if pinned else set()

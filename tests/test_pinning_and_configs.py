@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -39,6 +40,24 @@ def test_pin_index_generates_only_stored_winners_and_leaves_unknown_families_alo
     assert not index.allows(pinning.Pin("cuda", "fam-a", "key-1"))
     assert not index.allows(pinning.Pin("cuda", "fam-b", "key-2"))  # ATen won: no Triton config at all
     assert index.allows(pinning.Pin("cuda", "fam-unknown", "key-1"))  # a miss: Inductor tunes as usual
+
+
+def test_a_pass_timing_in_the_graph_also_generates_the_fastest_template_of_an_aten_win() -> None:
+    # ATen won alone (0.1 ms); candidate 2 (0.3 ms) is the fastest Triton config. A compile
+    # that times its choices in the graph weighs that template against ATen, as cold
+    # max-autotune would; a job generates only the winner.
+    aten_wins = _with_pins(make_result(times=[0.1, 0.5, 0.3, 0.9]), "fam-b")
+    failed = dataclasses.replace(aten_wins, candidates=tuple(
+        dataclasses.replace(c, time_ms=None, failure_kind="wrong_numerics") if c.params.get(pinning.PIN_KEY) == "key-2" else c
+        for c in aten_wins.candidates))
+    timing = pinning.PinIndex([aten_wins], fastest_template_too=True)
+    assert timing.allows(pinning.Pin("cuda", "fam-b", "key-2"))
+    assert not timing.allows(pinning.Pin("cuda", "fam-b", "key-1"))
+    assert not pinning.PinIndex([aten_wins]).allows(pinning.Pin("cuda", "fam-b", "key-2"))
+    # one that failed its numerical check is never generated: the next fastest is
+    unchecked = pinning.PinIndex([failed], fastest_template_too=True)
+    assert not unchecked.allows(pinning.Pin("cuda", "fam-b", "key-2"))
+    assert unchecked.allows(pinning.Pin("cuda", "fam-b", "key-1"))
 
 
 def test_pinning_patch_is_removed_with_the_last_selector() -> None:

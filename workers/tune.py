@@ -5,7 +5,9 @@ mode and config in fresh Inductor state. Inductor itself builds and benchmarks
 the candidates (the same ones max-autotune would); the tune policy keeps every
 timing. The reproduced key and candidate set are compared with the recorded
 ones, and the winner's output is checked against ATen in float32. A winner with
-wrong numbers is recorded as such and the next best is tried.
+wrong numbers is recorded as such and the next best is tried. When ATen wins, the
+fastest Triton config is checked too, alone: the sweep's end-to-end pass may choose
+it in the graph (autotune/in_graph.py), and nothing unchecked is ever served.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from inductor_glue.pinning import PIN_KEY, Pin
 from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
@@ -82,6 +85,13 @@ class TunePolicy:
     seen: dict[str, ObservedRequest] = field(default_factory=dict)
     times: dict[str, dict[str, tuple[Any, float]]] = field(default_factory=dict)
     env: Environment | None = None
+    # Check this one candidate instead of tuning: only its config is generated, and it is
+    # served without timing anything (``served`` says whether it was offered).
+    serve_only: CandidateResult | None = None
+    served: bool = False
+
+    def allow_template(self, pin: Pin) -> bool:
+        return self.serve_only is None or pin.key == self.serve_only.params.get(PIN_KEY)
 
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
@@ -94,6 +104,10 @@ class TunePolicy:
         self.seen[key] = request
         if benchmark is None:
             return {}  # the precompile check: let Inductor compile the candidates in parallel
+        if self.serve_only is not None:
+            wanted = self.serve_only.choice_hash
+            self.served = self.served or any(choice_hash(c) == wanted for c in choices)
+            return {c: (0.0 if choice_hash(c) == wanted else math.inf) for c in choices}
         timings = benchmark(choices)
         bucket = self.times.setdefault(key, {})
         for choice, ms in timings.items():
@@ -151,6 +165,31 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
     if job.device == "cuda":
         torch.cuda.synchronize()
     return graph, output
+
+
+def _check_fastest_template(job: TuneJob, candidates: list[CandidateResult],
+                            validation: dict[str, Any]) -> list[CandidateResult]:
+    """ATen won: check the fastest pinnable Triton config alone, in a compile that
+    generates and serves only it. One that fails the check, or that could not be
+    checked, is recorded as failed, so no pass or job ever chooses it."""
+    pinned = [c for c in candidates if c.ok and c.params.get(PIN_KEY)]
+    if not pinned:
+        return candidates
+    fastest = min(pinned, key=lambda c: (c.time_ms or math.inf, c.choice_hash))
+    policy = TunePolicy(device=job.device, serve_only=fastest)
+    try:
+        graph, output = _compile_and_run(job, policy)
+        check = _check_numerics(graph, output, job.request) if policy.served else None
+    except Exception as exc:  # the ATen winner stands; this candidate stays unchecked
+        log.warning("checking %s of %s failed: %s", fastest.name, job.request.op, exc)
+        check = None
+    validation["fastest_template"] = {"name": fastest.name, **(check or {"passed": False, "checked": False})}
+    if check is not None and check["passed"]:
+        return candidates
+    why = ("output differs from ATen" if check is not None else "could not be checked alone")
+    failed = dataclasses.replace(fastest, time_ms=None, failure_kind="wrong_numerics" if check else "compile_error",
+                                 failure_message=f"{why} (it ran in {fastest.time_ms} ms)")
+    return [failed if c is fastest else c for c in candidates]
 
 
 def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], status: str,
@@ -244,6 +283,8 @@ def tune_request(job: TuneJob) -> TuningResult:
             validation = _check_numerics(graph, output, job.request)
             validation["winner"] = winner.name
             if validation["passed"]:
+                if winner.kind == "aten":
+                    candidates = _check_fastest_template(job, candidates, validation)
                 return _result(job, env, candidates, STATUS_OK, started, winner=winner.choice_hash,
                                validation=validation, request=_with_every_candidate(job.request, candidates))
             log.warning("winner %s of %s gave wrong numbers (%s); trying the next best",
