@@ -105,11 +105,15 @@ def _import_store_modules() -> None:
 class ServePolicy:
     """Answers lookups from the store, with Inductor's own behaviour as the fallback."""
 
-    def __init__(self, settings: Settings, *, time_in_graph: bool = False) -> None:
+    def __init__(self, settings: Settings, *, time_in_graph: bool = False, defer_writes: bool = False) -> None:
         self.settings = settings
         self.stats = HookStats()
         # The sweep's end-to-end pass: hits are timed in this process and stored as verdicts.
         self.time_in_graph = time_in_graph
+        # Writes held until flush(): the sweep's pass times kernels in this process, and a
+        # writer thread holding the GIL (SQLAlchemy is Python) delays their launches.
+        self._deferred: list[Callable[[], None]] | None = [] if defer_writes else None
+        self._deferred_lock = threading.Lock()
         self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
@@ -367,18 +371,34 @@ class ServePolicy:
         self.submit_write(run)
 
     def submit_write(self, work: Callable[[], None]) -> None:
-        """Run a write on the writer thread, so compiles never wait for it."""
-        if not self._disabled:
-            self._writer.submit(work)
+        """Run a write on the writer thread, so compiles never wait for it (or, when writes
+        are deferred, keep it for the next flush)."""
+        if self._disabled:
+            return
+        with self._deferred_lock:
+            if self._deferred is not None:
+                self._deferred.append(work)
+                return
+        self._writer.submit(work)
+
+    def _release_deferred(self) -> None:
+        """Hand the deferred writes, in order, to the writer thread."""
+        with self._deferred_lock:
+            held, self._deferred = self._deferred, ([] if self._deferred is not None else None)
+        for work in held or ():
+            if not self._disabled:
+                self._writer.submit(work)
 
     def flush(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` s) until every queued kernel config copy is written."""
+        """Wait (at most ``timeout`` s) until every queued write is done, deferred ones included."""
+        self._release_deferred()
         try:
             self._writer.submit(lambda: None).result(timeout=timeout)
         except Exception as exc:
             self._disable(exc)
 
     def close(self) -> None:
+        self._release_deferred()  # never lost: they finish on the writer thread
         self._pool.shutdown(wait=False)
         self._writer.shutdown(wait=False)  # queued writes still finish; a hung database never blocks uninstall
         if self._store is not None:
@@ -511,18 +531,22 @@ def warm_start(
     return _install(settings)
 
 
-def warm_start_timing_in_graph(settings: Settings) -> WarmStart:
-    """The sweep's end-to-end pass: served like a job, except that each hit is timed in
-    this process and stored as its in-graph verdict (autotune/in_graph.py)."""
-    return _install(settings, time_in_graph=True)
+def warm_start_for_pass(settings: Settings, *, time_in_graph: bool = False) -> WarmStart:
+    """The sweep's end-to-end pass: served like a job, except that its writes wait for
+    ``flush()`` (it tunes kernels here, and they are timed in this process), and, with
+    ``time_in_graph``, each hit is timed here and stored as its in-graph verdict
+    (autotune/in_graph.py). A miss is tuned and written back, whatever a job's settings say."""
+    return _install(settings.replace(on_miss="tune", write_back=True), time_in_graph=time_in_graph,
+                    defer_writes=True)
 
 
-def _install(settings: Settings, *, time_in_graph: bool = False) -> WarmStart:
+def _install(settings: Settings, *, time_in_graph: bool = False, defer_writes: bool = False) -> WarmStart:
     global _active
     trusted, signer = load_keys(settings)  # a bad key file raises before anything is replaced
     if _active is not None:
         _active.uninstall()
-    _active = WarmStart(ServePolicy(settings, time_in_graph=time_in_graph), trusted, signer)
+    policy = ServePolicy(settings, time_in_graph=time_in_graph, defer_writes=defer_writes)
+    _active = WarmStart(policy, trusted, signer)
     return _active
 
 

@@ -134,14 +134,13 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     """One compile and run of the model, its hook stats counted into ``report``."""
     import torch
 
-    from .hook import warm_start, warm_start_timing_in_graph
+    from .hook import warm_start_for_pass
 
     overrides = {**model.config_overrides, **(inductor_config or {})}
     module, inputs = model.build(batch_size)
-    install = warm_start_timing_in_graph if current.time_in_graph else (
-        lambda s: warm_start(s.cache, settings=s))
     # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
-    with fresh_inductor(overrides), install(current.settings) as handle:
+    with fresh_inductor(overrides), warm_start_for_pass(current.settings,
+                                                        time_in_graph=current.time_in_graph) as handle:
         try:
             _run_end_to_end(model, module, inputs, mode, train, device)
             if device == "cuda":

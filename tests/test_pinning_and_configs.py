@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -256,3 +257,24 @@ def test_the_hook_builds_inductors_selector_only_when_inductor_first_uses_it(sql
         uninstall(handle)
         policy.close()
     assert sa._ALGORITHM_SELECTOR_CACHE is before
+
+
+def test_the_sweeps_pass_holds_its_writes_until_flush_and_loses_none(sqlite_url: str) -> None:
+    # The pass times kernels in its own process: a writer thread busy in SQLAlchemy then
+    # would hold the GIL between their launches. Its writes wait for flush (or close).
+    from inductor_glue.env import kernel_config_environment
+
+    env = kernel_config_environment("cpu")
+    store = Store(sqlite_url)
+    policy = ServePolicy(Settings(cache=sqlite_url), defer_writes=True)
+    policy.save_kernel_config("cpu", "best_config:ab/c1.best_config", {"XBLOCK": 64})
+    policy.save_kernel_config("cpu", "best_config:ab/c1.best_config", {"XBLOCK": 128})  # the later one wins
+    time.sleep(0.2)
+    assert store.kernel_configs(env) == {}
+    policy.flush(30)
+    assert store.kernel_configs(env) == {"best_config:ab/c1.best_config": {"XBLOCK": 128}}
+    assert policy.stats.kernel_configs_saved == 2
+    policy.save_kernel_config("cpu", "best_config:ab/c2.best_config", {"XBLOCK": 32})
+    policy.close()  # not flushed: close still hands it to the writer
+    policy._writer.shutdown(wait=True)
+    assert "best_config:ab/c2.best_config" in store.kernel_configs(env)
