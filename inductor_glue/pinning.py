@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from cache.records import digest
 
@@ -133,8 +133,9 @@ class PinIndex:
         self.allowed: dict[str, set[str]] = {}
         for result in results:
             chosen = {result.winner.choice_hash} if result.winner is not None else set()
-            if fastest_template_too:
-                chosen |= _fastest_template(result)
+            fastest = fastest_template(result.candidates) if fastest_template_too else None
+            if fastest is not None:
+                chosen.add(fastest.choice_hash)
             for candidate in result.candidates:
                 family = candidate.params.get(PIN_FAMILY)
                 if not family:
@@ -148,7 +149,8 @@ class PinIndex:
         return keys is None or pin.key in keys
 
 
-def _fastest_template(result: Any) -> set[str]:
-    """The choice hash of result's fastest pinnable Triton config (empty if it has none)."""
-    pinned = [c for c in result.candidates if c.params.get(PIN_KEY) and c.time_ms is not None]
-    return {min(pinned, key=lambda c: (c.time_ms, c.choice_hash)).choice_hash} if pinned else set()
+def fastest_template(candidates: Sequence[Any]) -> Any | None:
+    """The fastest pinnable Triton config among stored candidates that ran, or None.
+    The worker checks this one when ATen wins, and the in-graph pass times it."""
+    pinned = [c for c in candidates if c.params.get(PIN_KEY) and c.time_ms is not None]
+    return min(pinned, key=lambda c: (c.time_ms, c.choice_hash)) if pinned else None

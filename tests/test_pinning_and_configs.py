@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 

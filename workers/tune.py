@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
-from inductor_glue.pinning import PIN_KEY, Pin
+from inductor_glue.pinning import PIN_KEY, Pin, fastest_template
 from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
@@ -172,10 +172,9 @@ def _check_fastest_template(job: TuneJob, candidates: list[CandidateResult],
     """ATen won: check the fastest pinnable Triton config alone, in a compile that
     generates and serves only it. One that fails the check, or that could not be
     checked, is recorded as failed, so no pass or job ever chooses it."""
-    pinned = [c for c in candidates if c.ok and c.params.get(PIN_KEY)]
-    if not pinned:
+    fastest = fastest_template(candidates)
+    if fastest is None:
         return candidates
-    fastest = min(pinned, key=lambda c: (c.time_ms or math.inf, c.choice_hash))
     policy = TunePolicy(device=job.device, serve_only=fastest)
     try:
         graph, output = _compile_and_run(job, policy)
@@ -187,7 +186,7 @@ def _check_fastest_template(job: TuneJob, candidates: list[CandidateResult],
     if check is not None and check["passed"]:
         return candidates
     why = ("output differs from ATen" if check is not None else "could not be checked alone")
-    failed = dataclasses.replace(fastest, time_ms=None, failure_kind="wrong_numerics" if check else "compile_error",
+    failed = dataclasses.replace(fastest, time_ms=None, failure_kind="wrong_numerics" if check is not None else "compile_error",
                                  failure_message=f"{why} (it ran in {fastest.time_ms} ms)")
     return [failed if c is fastest else c for c in candidates]
 
