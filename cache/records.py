@@ -120,11 +120,25 @@ class InputLayout:
         )
 
 
+# The arguments of an op's ATen choice that select another kernel for the same inputs:
+# mkldnn's fused epilogues (linear_unary, linear_binary, ...) and a convolution's geometry.
+# GEMMs' alpha and beta are left out: their keys stay as they were (see the README's limits).
+VARIANT_KWARGS = ("attr", "scalars", "algorithm", "binary_attr", "binary_alpha", "unary_attr", "unary_scalars",
+                  "unary_algorithm", "stride", "padding", "dilation", "groups", "transposed", "output_padding")
+
+
+def request_variant(params: dict[str, Any]) -> dict[str, Any]:
+    """The kernel-selecting arguments of a request's ATen choice (``params["aten"]``)."""
+    aten = params.get("aten") or {}
+    return {name: aten[name] for name in VARIANT_KWARGS if name in aten}
+
+
 @dataclass(frozen=True)
 class TuningRequest:
     """One autotune request exactly as Inductor makes it.
 
-    Identity is (op, inputs_key, precision); inputs, params and the candidate set
+    Identity is (op, inputs_key, precision), with the kernel-selecting arguments of its ATen
+    choice (``request_variant``) and its symbolic dimensions; inputs, params and the candidate set
     are what a worker needs to reproduce it and what the hook checks at lookup.
     """
 
@@ -137,18 +151,25 @@ class TuningRequest:
 
     @property
     def key(self) -> str:
+        # Inductor asks with the same (op, inputs_key) for kernels that differ by an argument
+        # its inputs_key leaves out (a Linear with a fused GELU or none; convolutions that
+        # differ by dilation on the same input and weight): each is its own request.
+        base: tuple[Any, ...] = (self.op, self.inputs_key, self.precision)
+        variant = request_variant(self.params)
+        if variant:  # absent for a plain GEMM: its key stays as it was
+            base += ("variant", variant)
         symbolic = tuple(i.symbolic for i in self.inputs)
         if not any(symbolic):
-            return digest(self.op, self.inputs_key, self.precision)
+            return digest(*base)
         # inputs_key holds size hints only, so a graph with a dynamic batch asks with the
         # same inputs_key as the static graph of that size, but gets other candidates
         # (kernels for a symbolic size): it is another request.
         exprs = tuple(i.exprs for i in self.inputs)
         if not any(exprs):  # recorded before size expressions were
-            return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic)
+            return digest(*base, "symbolic", symbolic)
         # Two graphs can ask with the same hints but other expressions (M = s0*s1 or 32*s0):
         # their kernels differ, so they are different requests.
-        return digest(self.op, self.inputs_key, self.precision, "symbolic", symbolic, exprs)
+        return digest(*base, "symbolic", symbolic, exprs)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ scheduler). So ``__call__`` describes the request up front and files it under
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import threading
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from torch._inductor import select_algorithm as sa
 
-from cache.records import CandidateResult, InputLayout, TuningRequest
+from cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
 
 from . import pinning
 
@@ -229,6 +230,15 @@ def _aten_kwargs(choices: list[Any]) -> dict[str, Any]:
     return {}
 
 
+def _variant_of(choices: list[Any]) -> str:
+    """The request's variant (``cache.records.request_variant``) as a dict key: two lookups
+    with one (op, inputs_key) but another fused epilogue or convolution geometry are two requests."""
+    return json.dumps(request_variant({"aten": _aten_kwargs(choices)}), sort_keys=True, default=str)
+
+
+_NO_VARIANT = _variant_of([])
+
+
 class Selector(sa.AlgorithmSelectorCache):
     """Inductor's selector, with lookups answered by a policy."""
 
@@ -236,7 +246,7 @@ class Selector(sa.AlgorithmSelectorCache):
         super().__init__()
         self.policy = policy
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str], ObservedRequest] = {}
+        self._pending: dict[tuple[str, str, str], ObservedRequest] = {}
 
     def __call__(self, name: str, choices: list[Any], input_nodes: list[Any], layout: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: E501
         try:
@@ -260,15 +270,19 @@ class Selector(sa.AlgorithmSelectorCache):
             params=params,
         )
         with self._lock:
-            self._pending.setdefault((name, inputs_key), observed)
+            self._pending.setdefault((name, inputs_key, _variant_of(choices)), observed)
 
     def lookup(self, choices: list[Any], op: str, inputs: str, benchmark: Benchmark | None, hint_override: int | None = None) -> Timings:  # noqa: E501
         inputs_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
+        variant = _variant_of(choices)
+        pending_key = (op, inputs, variant)
         with self._lock:
-            observed = self._pending.get((op, inputs))
+            observed = self._pending.get(pending_key)
+            if observed is None and variant == _NO_VARIANT:
+                observed = self._only_variant(op, inputs)
             if observed is None:  # a lowering that bypassed __call__: describe what we can
                 observed = ObservedRequest(op, inputs_key, torch.get_float32_matmul_precision(), (), {})
-                self._pending[(op, inputs)] = observed
+                self._pending[pending_key] = observed
             known = {choice_hash(c) for c in observed.offered}
             observed.offered.extend(c for c in choices if choice_hash(c) not in known)
         if hint_override is not None:
@@ -277,6 +291,12 @@ class Selector(sa.AlgorithmSelectorCache):
             return super(Selector, self).lookup(choices, op, inputs, benchmark, hint_override)
 
         return self.policy.lookup(observed, list(choices), benchmark, default)
+
+    def _only_variant(self, op: str, inputs: str) -> ObservedRequest | None:
+        """The one request described under (op, inputs), for a lookup whose choices do not
+        name its variant (no ATen choice among them); None when there are several or none."""
+        found = [observed for (name, key, _), observed in self._pending.items() if (name, key) == (op, inputs)]
+        return found[0] if len(found) == 1 else None
 
     def cache_clear(self) -> None:
         super().cache_clear()

@@ -32,6 +32,34 @@ def test_capture_merges_identical_requests() -> None:
     assert len(result.requests) == 1
 
 
+def test_capture_keeps_two_kernels_asked_under_one_inputs_key_apart() -> None:
+    """A fused GELU and a plain Linear of one shape share Inductor's (op, inputs_key): the
+    zoo's MLP-Mixer under dynamic=True stored one and missed the other at every warm start."""
+    result = capture_file(TINY, entry="same_shape_variants", dynamic=True)
+    assert result.total_lookups == 2
+    assert sorted(r.params["aten"]["attr"] for r in result.requests) == ["gelu", "none"]
+    assert len({r.inputs_key for r in result.requests}) == 1 and len({r.key for r in result.requests}) == 2
+    for request in result.requests:  # each keeps only its own candidates
+        assert len(request.choice_hashes) == 2
+
+
+@pytest.mark.parametrize(("entry", "ops"), [("same_shape_variants", ["linear_unary", "linear_unary"]),
+                                           ("residual", ["linear_binary"])])
+def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: list[str]) -> None:
+    """A fused GELU is reproduced as Linear + GELU, a fused residual add as Linear + add of
+    another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them);
+    each tuned result carries the captured key and all its candidates."""
+    from workers.jobs import TuneJob
+    from workers.tune import tune_request
+
+    captured = capture_file(TINY, entry=entry, dynamic=True)
+    assert [r.op for r in captured.requests] == ops
+    for request in captured.requests:
+        result = tune_request(TuneJob(request=request, expected_env=captured.env, mode=captured.mode,
+                                      config_overrides=captured.config_overrides, device="cpu"))
+        assert (result.status, result.request.key) == ("ok", request.key), (request.params["aten"], result.error)
+
+
 def test_capture_each_batch_size_and_the_dynamic_recompile_between_them() -> None:
     result = capture_file(TINY, batch_sizes=(1, 8))
     static = [r for r in result.requests if not any(i.symbolic for i in r.inputs)]

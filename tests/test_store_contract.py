@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pickle
@@ -27,7 +28,7 @@ from cache import (
     resolve_cache_url,
 )
 from cache.models import Base
-from cache.records import STATUS_FAILED, STATUS_OK
+from cache.records import STATUS_FAILED, STATUS_OK, digest
 from cache.models import requests as requests_table
 from cache.schema import MIGRATIONS_DIR, head_revision
 
@@ -299,6 +300,44 @@ def test_outdated_schema_is_detected_and_upgraded(store_url: str, newer_migratio
     # And an autotune that only knows the older head refuses the newer database.
     with pytest.raises(SchemaOutdated, match="newer than this autotune"):
         Store(store_url).lookup(make_env(), "k")
+
+
+def test_a_fused_epilogue_or_a_convolutions_geometry_is_part_of_the_key() -> None:
+    gelu, plain = ({"aten": {"attr": attr, "scalars": [], "algorithm": alg}} for attr, alg in (("gelu", "none"),
+                                                                                              ("none", "")))
+    base = make_request()
+    keys = {dataclasses.replace(base, op="linear_unary", params=params).key for params in (gelu, plain)}
+    assert len(keys) == 2
+    dilated = [dataclasses.replace(base, op="convolution", params={"aten": {"stride": [1, 1], "dilation": [d, d]}})
+               for d in (6, 12)]
+    assert dilated[0].key != dilated[1].key
+    # A GEMM's alpha and beta are not a variant: its key is what it was before variants.
+    assert dataclasses.replace(base, params={"aten": {"alpha": 1, "beta": 1}}).key == base.key
+
+
+def test_upgrading_to_0004_rekeys_stored_requests_and_misses_and_loses_none(store_url: str) -> None:
+    """A database written before variants: its linear_unary row and miss carry the old key."""
+    request = dataclasses.replace(make_request(), op="linear_unary",
+                                  params={"aten": {"attr": "gelu", "scalars": [], "algorithm": "none"}})
+    plain = make_request(m=64)
+    old_key = digest(request.op, request.inputs_key, request.precision)
+    with Store(store_url) as store:
+        store.put_results([make_result(request=request), make_result(request=plain)])
+        store.record_miss(make_env(), request)
+    engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        for table in ("requests", "misses"):
+            conn.execute(sa.text(f"UPDATE {table} SET key = :old WHERE key = :new"), {"old": old_key, "new": request.key})
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0003'"))
+    engine.dispose()
+    with pytest.raises(SchemaOutdated, match="autotune cache upgrade"):
+        Store(store_url).lookup(make_env(), request.key)
+    with Store(store_url) as store:
+        assert store.upgrade() == head_revision()
+        assert store.lookup(make_env(), request.key) == make_result(request=request)
+        assert store.lookup(make_env(), plain.key) == make_result(request=plain)  # untouched
+        assert [m.request.key for m in store.misses()] == [request.key]
+        assert store.stats()["requests"] == 2
 
 
 def test_models_match_migrations(store: Store, store_url: str) -> None:

@@ -113,17 +113,51 @@ def _convolution(request: TuningRequest, device: str, gen: torch.Generator) -> O
     return OneOpGraph(conv, (x, w, bias), lambda: conv(x.float(), w.float(), _f32(bias)))
 
 
+def _random_linear(weight: InputLayout, has_bias: bool, dtype: torch.dtype, device: str,
+                   gen: torch.Generator) -> torch.nn.Linear:
+    out_features, in_features = weight.sizes[:2]
+    linear = torch.nn.Linear(in_features, out_features, bias=has_bias).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
+    return linear
+
+
+class _LinearAdd(torch.nn.Module):
+    """A Linear whose output is added to another tensor: freezing fuses the add into
+    mkldnn's linear_binary (a residual connection after a block's last Linear)."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + other
+
+
+def _linear_binary(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
+    """CPU mkldnn linear with a fused add (inputs: x, other, weight[, bias])."""
+    attr = str(request.params.get("aten", {}).get("attr", ""))
+    if attr != "add" or len(request.inputs) < 3:
+        raise UnsupportedRequest(f"linear_binary with attr {attr!r} has no one-op reproduction")
+    x_layout, other_layout, weight = request.inputs[:3]
+    linear = _random_linear(weight, len(request.inputs) > 3, _dtype(x_layout.dtype), device, gen)
+    module = _LinearAdd(linear).eval().requires_grad_(False)
+    x, other = make_input(x_layout, device, gen), make_input(other_layout, device, gen)
+
+    def reference() -> torch.Tensor:
+        bias = None if linear.bias is None else linear.bias.float()
+        return torch.nn.functional.linear(x.float(), linear.weight.float(), bias) + other.float()
+
+    return OneOpGraph(module, (x, other), reference)
+
+
 def _frozen_linear(request: TuningRequest, weight: InputLayout, has_bias: bool,
-                   unary: type[torch.nn.Module] | None, device: str,
+                   unary: Callable[[], torch.nn.Module] | None, device: str,
                    gen: torch.Generator) -> OneOpGraph:
     """A frozen nn.Linear of the recorded shape on an input of the recorded layout,
     followed by ``unary`` (as a module) if given."""
     x_layout = request.inputs[0]
-    out_features, in_features = weight.sizes[:2]
-    dtype = _dtype(x_layout.dtype)
-    linear = torch.nn.Linear(in_features, out_features, bias=has_bias).to(device=device, dtype=dtype)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen) / in_features**0.5)
+    linear = _random_linear(weight, has_bias, _dtype(x_layout.dtype), device, gen)
     module = linear if unary is None else torch.nn.Sequential(linear, unary())
     module = module.eval().requires_grad_(False)
     x = make_input(x_layout, device, gen)
@@ -144,18 +178,26 @@ def _packed_linear(request: TuningRequest, device: str, gen: torch.Generator) ->
     return _frozen_linear(request, request.inputs[-1], has_bias, None, device, gen)
 
 
-# linear_unary's fused op, by its ATen attr: the module after the Linear that Inductor fuses.
-_UNARY: dict[str, type[torch.nn.Module] | None] = {"none": None, "relu": torch.nn.ReLU}
+# linear_unary's fused op, by its ATen attr: the module after the Linear that Inductor fuses,
+# made from the ATen choice's ``algorithm`` (GELU's approximation).
+_UNARY: dict[str, Callable[[str], torch.nn.Module] | None] = {
+    "none": None,
+    "relu": lambda algorithm: torch.nn.ReLU(),
+    "gelu": lambda algorithm: torch.nn.GELU(approximate="tanh" if algorithm == "tanh" else "none"),
+}
 
 
 def _linear_pointwise(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
     """CPU mkldnn linear with a fused unary op (freezing with a dynamic batch): a frozen
     nn.Linear of the recorded shape, followed by that op. The op is the ATen choice's
     ``attr`` (the FX node can still say "none" when a fusion pass added the op)."""
-    attr = str(request.params.get("aten", {}).get("attr", "none"))
+    aten = request.params.get("aten", {})
+    attr = str(aten.get("attr", "none"))
     if attr not in _UNARY:
         raise UnsupportedRequest(f"linear_unary with attr {attr!r} has no one-op reproduction")
-    return _frozen_linear(request, request.inputs[1], len(request.inputs) > 2, _UNARY[attr], device, gen)
+    make_unary, algorithm = _UNARY[attr], str(aten.get("algorithm") or "none")
+    unary = None if make_unary is None else (lambda: make_unary(algorithm))
+    return _frozen_linear(request, request.inputs[1], len(request.inputs) > 2, unary, device, gen)
 
 
 BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]] = {
@@ -166,6 +208,7 @@ BUILDERS: dict[str, Callable[[TuningRequest, str, torch.Generator], OneOpGraph]]
     "convolution": _convolution,
     "packed_linear": _packed_linear,
     "linear_unary": _linear_pointwise,
+    "linear_binary": _linear_binary,
 }
 
 

@@ -3,8 +3,8 @@ inputs, with batch and sequence length named dynamic for `autotune sweep --dynam
 
 Its GEMMs ask with M = seq*batch (``s27*s77`` in the graph's symbols), an expression a
 one-op graph on a 2-D input does not have by itself. ReLU and no residual: on CPU,
-freezing fuses GELU or a residual add into mkldnn linear ops that have no one-op
-reproduction yet (workers/reproduce.py).
+freezing would fuse GELU or a residual add into mkldnn linear_unary / linear_binary
+(reproduced too: tests/test_capture.py), and this model keeps to the plainest case.
 """
 
 from __future__ import annotations

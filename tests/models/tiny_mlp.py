@@ -20,3 +20,27 @@ def repeated(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torc
     layers = [torch.nn.Linear(32, 32) for _ in range(3)]
     model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(), layers[2]).eval()
     return model, (torch.randn(batch_size or 8, 32),)
+
+
+def same_shape_variants(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """Linear(16, 16) + GELU, then Linear(16, 16): under a dynamic batch, freezing lowers them
+    to mkldnn linear_unary with attr 'gelu' and 'none', one (op, inputs_key) for two kernels."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 16)).eval()
+    return model, (torch.randn(batch_size or 8, 16),)
+
+
+def residual(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """x + Linear(LayerNorm(x)), a residual block's end: under a dynamic batch, freezing fuses
+    the add into mkldnn linear_binary."""
+    torch.manual_seed(0)
+
+    class Residual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm, self.linear = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.linear(self.norm(x))
+
+    return Residual().eval(), (torch.randn(batch_size or 8, 16),)
