@@ -230,13 +230,13 @@ def _aten_kwargs(choices: list[Any]) -> dict[str, Any]:
     return {}
 
 
-def _variant_of(choices: list[Any]) -> str:
+def _variant_key(aten_kwargs: dict[str, Any]) -> str:
     """The request's variant (``cache.records.request_variant``) as a dict key: two lookups
     with one (op, inputs_key) but another fused epilogue or convolution geometry are two requests."""
-    return json.dumps(request_variant({"aten": _aten_kwargs(choices)}), sort_keys=True, default=str)
+    return json.dumps(request_variant({"aten": aten_kwargs}), sort_keys=True, default=str)
 
 
-_NO_VARIANT = _variant_of([])
+_NO_VARIANT = _variant_key({})
 
 
 class Selector(sa.AlgorithmSelectorCache):
@@ -270,11 +270,11 @@ class Selector(sa.AlgorithmSelectorCache):
             params=params,
         )
         with self._lock:
-            self._pending.setdefault((name, inputs_key, _variant_of(choices)), observed)
+            self._pending.setdefault((name, inputs_key, _variant_key(params["aten"])), observed)
 
     def lookup(self, choices: list[Any], op: str, inputs: str, benchmark: Benchmark | None, hint_override: int | None = None) -> Timings:  # noqa: E501
         inputs_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
-        variant = _variant_of(choices)
+        variant = _variant_key(_aten_kwargs(choices))
         pending_key = (op, inputs, variant)
         with self._lock:
             observed = self._pending.get(pending_key)
