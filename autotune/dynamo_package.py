@@ -22,6 +22,7 @@ entries, which serve it all the same.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import logging
@@ -250,6 +251,44 @@ def _patched_install(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
     return install
 
 
+def _patched_context_call(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
+    """Torch post-compiles a loaded package's graphs under the global Inductor config, not
+    under the options of the ``torch.compile`` that loads it (a TODO in
+    ``deserialize_bundled_cache_entry``, torch 2.11-2.13): a max-autotune job then runs its
+    graphs without CUDA graphs, launch by launch, at up to 2.5x cold max-autotune's wall
+    time with the same kernels. So the load and install that ``torch.compile`` does here
+    run under the config its backend would have patched in, as a cold compile's FX cache
+    hit does."""
+
+    def call(self: Any, fn: Any) -> Any:
+        if patch.top is None:
+            return original(self, fn)
+        with _backend_config(getattr(self, "callback", None)):
+            return original(self, fn)
+
+    return call
+
+
+def _backend_config(callback: Any) -> contextlib.AbstractContextManager[Any]:
+    """Inductor's config patched with the options of the compile's backend (its mode's
+    ``triton.cudagraphs``, ``max_autotune``, ...); nothing for another backend."""
+    import torch._inductor.config as inductor_config
+
+    backend = callback
+    while hasattr(backend, "_torchdynamo_orig_backend"):
+        backend = backend._torchdynamo_orig_backend
+    options = getattr(backend, "config", None)
+    if getattr(backend, "compiler_name", None) != "inductor" or not isinstance(options, dict) or not options:
+        return contextlib.nullcontext()
+    return inductor_config.patch(options)
+
+
+def _dynamo_context_class() -> type:
+    from torch._dynamo.eval_frame import _TorchDynamoContext
+
+    return _TorchDynamoContext
+
+
 def _compile_package_class() -> type:
     from torch._dynamo.package import CompilePackage
 
@@ -273,7 +312,8 @@ _GUARDS: StackedPatch[PackageSeam] = StackedPatch(_check_function_manager_class,
                                                   _patched_serialize_guards)
 _ADD: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "add_guarded_code", _patched_add_guarded_code)
 _INSTALL: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "install", _patched_install)
-_PATCHES = (_LOAD, _GUARDS, _ADD, _INSTALL)
+_CONTEXT: StackedPatch[PackageSeam] = StackedPatch(_dynamo_context_class, "__call__", _patched_context_call)
+_PATCHES = (_LOAD, _GUARDS, _ADD, _INSTALL, _CONTEXT)
 
 
 def install(tier: Any) -> PackageSeam | None:

@@ -357,21 +357,33 @@ def _cache_counters() -> dict[str, int]:
     return {name: value for name, value in found.items() if value}
 
 
-def _kernel_profile(call: Any, sync: Any, calls: int = 10, top: int = 40) -> tuple[list[dict[str, Any]], float]:
-    """GPU time per kernel and call, the largest first, and the summed GPU time per call."""
+# CPU-side calls that start GPU work: one cudaGraphLaunch a call means CUDA graphs replay;
+# a kernel launch per kernel means the call runs launch by launch.
+_LAUNCH_CALLS = ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC")
+
+
+def _kernel_profile(call: Any, sync: Any, calls: int = 10,
+                    top: int = 40) -> tuple[list[dict[str, Any]], float, dict[str, float]]:
+    """GPU time per kernel and call, the largest first, the summed GPU time per call, and
+    the launch calls per call (CUDA graph replays and single kernel launches)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
         sync()
-    rows = []
+    rows, launches = [], {}
     for event in prof.key_averages():
+        if event.key in _LAUNCH_CALLS:
+            launches[event.key] = event.count / calls
+            continue
+        if not str(getattr(event, "device_type", "")).endswith("CUDA"):
+            continue  # a CPU op carries its kernels' GPU time too: only the kernels are summed
         us = float(getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0) or 0)
         if us > 0:
             rows.append({"kernel": event.key[:120], "us_per_call": us / calls, "launches_per_call": event.count / calls})
     total = sum(r["us_per_call"] for r in rows)
-    return sorted(rows, key=lambda r: -r["us_per_call"])[:top], total
+    return sorted(rows, key=lambda r: -r["us_per_call"])[:top], total, launches
 
 
 @dataclass
@@ -674,7 +686,7 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
             result["megacache_saved"] = _save_megacache(args.save_artifacts)
         wall_ms, gpu_ms = _measure(call, sync, device, args.runs, args.warmup)
         if args.kernel_profile and device == "cuda":
-            result["kernels"], result["kernel_us_per_call"] = _kernel_profile(call, sync)
+            result["kernels"], result["kernel_us_per_call"], result["launch_calls"] = _kernel_profile(call, sync)
     result.update(status="ok", runs=args.runs, **_latency(wall_ms, gpu_ms),
                   benchmarks=_inductor_counter("select_algorithm_autotune"),
                   precompiles=_inductor_counter("select_algorithm_precompile"),
@@ -1228,6 +1240,8 @@ def _other_notes(r: dict[str, Any]) -> str:
     notes = ""
     if r.get("kernel_us_per_call") is not None:
         notes += f"; kernels {_fmt(r['kernel_us_per_call'] / 1e3, '.3f')} ms/call"
+    if r.get("launch_calls"):
+        notes += "; launches/call " + ", ".join(f"{name} {count:g}" for name, count in sorted(r["launch_calls"].items()))
     optimizer = r.get("optimizer")
     if optimizer:
         how = "compiled" if optimizer.get("compiled") else "eager"

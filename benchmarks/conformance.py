@@ -321,18 +321,8 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
                 if run.args.log_dir else None)
     try:
         if step.kind == "sweep":
-            for path in _cache_files(cache):
-                path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
             options.batch_size = None
-            planned_passes, passes = sweep_passes(run, step.model), []
-            for sweep_arg in planned_passes:
-                options.sweep_arg = sweep_arg
-                passes.append(_sweep_result(ct.run_sweep(model_run, options, log_path)))
-                if passes[-1].get("status") != "ok":
-                    break  # a sweep that cannot run: the next would fail the same way
-            result = merge_sweeps(passes)
-            result["batch_sizes"] = sweep_sizes(run, step.model)
-            result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(planned_passes)
+            result = _sweep_step(run, step, model_run, options, log_path)
         else:
             result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
     except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too
@@ -341,6 +331,44 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _trim(result)
+
+
+def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespace,
+                log_path: Path | None) -> dict[str, Any]:
+    """The sweep's passes, each saved as it ends: a command killed in the second pass (the
+    device tool's 10 minutes) resumes there, with the database the first one filled."""
+    group = run.group(step.model, step.mode)
+    cache = run.cache_path(step.model, step.mode)
+    planned = sweep_passes(run, step.model)
+    done: dict[str, Any] = group.setdefault("sweep_passes", {})
+    if not cache.exists() or not set(done) <= {_pass_key(arg) for arg in planned}:
+        done.clear()  # nothing to resume from: the passes start again on a fresh database
+    if not done:
+        for path in _cache_files(cache):
+            path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
+    passes = []
+    for sweep_arg in planned:
+        key = _pass_key(sweep_arg)
+        if done.get(key, {}).get("status") == "ok":
+            log.info("%s: pass %s already done", step.name, key)
+            passes.append(done[key])
+            continue
+        options.sweep_arg = sweep_arg
+        passes.append(_trim(_sweep_result(ct.run_sweep(model_run, options, log_path))))
+        if passes[-1].get("status") != "ok":
+            break  # a sweep that cannot run: the next would fail the same way
+        done[key] = passes[-1]
+        run.save()
+    if len(passes) == len(planned) and all(p.get("status") == "ok" for p in passes):
+        group.pop("sweep_passes", None)  # merged into the step's result below
+    result = merge_sweeps(passes)
+    result["batch_sizes"] = sweep_sizes(run, step.model)
+    result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(planned)
+    return result
+
+
+def _pass_key(sweep_arg: list[str]) -> str:
+    return " ".join(sweep_arg)
 
 
 def _sweep_result(result: dict[str, Any]) -> dict[str, Any]:

@@ -119,6 +119,8 @@ def main() -> int:
         "compile_seconds": compile_seconds,
         "frames_compiled": int(counters["stats"]["unique_graphs"]),  # recompiles show here
         "dynamo_cache": dict(counters["dynamo_cache"]),  # Dynamo's package: hit / miss / error
+        # graphs whose CUDA graphs were considered and refused (on CPU: every graph max-autotune compiles)
+        "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
         "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
     Path(args.out).write_text(json.dumps(result))

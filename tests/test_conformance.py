@@ -219,3 +219,39 @@ def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
         assert conf.ct.benchmark_total(static["benchmarks"]) == 0, static  # ...and nothing was benchmarked
     text = (out / "conformance_cpu.md").read_text()
     assert "## Goals" in text and f"| {conf.zoo.CPU_SUBSET[0]} | torch | infer | static |" in text
+
+
+def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device tool ends a command at 10 minutes: the passes already done are kept (with
+    the database they filled) and a re-run starts at the pass that did not finish."""
+    calls: list[list[str]] = []
+    kill_dynamic = [True]
+
+    def fake_sweep(model_run: Any, options: argparse.Namespace, log_path: Any) -> dict[str, Any]:
+        calls.append(list(options.sweep_arg))
+        if "--dynamic" in options.sweep_arg and kill_dynamic[0]:
+            raise KeyboardInterrupt  # the command is killed: nothing after this line runs
+        Path(model_run.cache_url.removeprefix("sqlite:///")).write_text("db")
+        found = 3 if "--dynamic" in options.sweep_arg else 4
+        return {"status": "ok", "found": found, "tuned": found, "failed": 0, "statuses": {"ok": found},
+                "command": "sweep " + " ".join(options.sweep_arg)}
+
+    monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
+    steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["static", "dynamic"], "none") if s.kind == "sweep"]
+    run = _run(conf, tmp_path, budget=10_000.0)
+    run.args.dynamics = ["static", "dynamic"]
+    with pytest.raises(KeyboardInterrupt):
+        conf.run_steps(run, steps)
+    saved = json.loads(run.json_path.read_text())
+    assert list(saved["models"]["mlp_mixer"]["modes"]["infer"]["sweep_passes"]) == [" ".join(calls[0])]
+
+    kill_dynamic[0] = False
+    calls.clear()
+    run = _run(conf, tmp_path, budget=10_000.0, report=saved)
+    run.args.dynamics = ["static", "dynamic"]
+    conf.run_steps(run, steps)
+    assert calls == [["--dynamic", "--batch-sizes", str(conf.zoo.ZOO["mlp_mixer"].batch("cpu"))]]
+    group = run.report["models"]["mlp_mixer"]["modes"]["infer"]
+    assert (group["steps"]["sweep"]["found"], group["steps"]["sweep"]["dynamic"]) == (7, True)
+    assert "sweep_passes" not in group

@@ -61,12 +61,16 @@ def test_the_sweep_publishes_a_signed_package(packaged_sweep: str, signing_keys:
     assert packages[0].signer == signing.load_signer(signing_keys["writer"]).fingerprint
 
 
-def test_a_fresh_job_loads_the_package_and_skips_tracing(packaged_sweep: str, tmp_path: Path,
-                                                         signing_keys: dict[str, Path],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fresh_job_loads_the_package_skips_tracing_and_keeps_its_modes_cuda_graphs(
+        packaged_sweep: str, tmp_path: Path, signing_keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     result = _job(tmp_path, packaged_sweep, signing_keys, monkeypatch, "loaded", "--model", "tiny_packaged")
     assert result["dynamo_cache"].get("dynamo_cache_hit") == 1, result["dynamo_cache"]
     assert result["stats"]["packages_refused"] == 0 and result["stats"]["artifacts_rejected"] == 0
+    assert result["frames_compiled"] == 0  # nothing traced here
+    # The loaded graph was set up under the job's max-autotune, CUDA graphs on, as a cold compile
+    # is: on CPU Inductor considers them and counts the skip. Under the global config (torch's
+    # own load) it never looks, and on a GPU the job ran without CUDA graphs.
+    assert result["cudagraph_skips"] >= 1, result["cudagraph_skips"]
     torch.testing.assert_close(torch.load(result["output"]), torch.load(result["eager_output"]))
 
 
