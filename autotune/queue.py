@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from cache.errors import CacheError
 from cache.leases import CLAIMED, DONE, Heartbeat, LeaseKey, Leases
 from cache.records import TuningResult
+from cache.store._engine import one_line
 from workers.jobs import TuneJob
 
 log = logging.getLogger(__name__)
@@ -99,8 +100,10 @@ class SweepQueue:
         if self.leases is not None:
             try:
                 self.leases.release(lease_key(job), result.status)
-            except Exception:  # the result is stored; the lease just expires later
-                log.warning("could not release the lease on %s", job.request.op, exc_info=True)
+            except Exception as exc:  # the result is stored; the lease just expires later
+                log.warning("could not release the lease on %s (%s); it expires by itself", job.request.op,
+                            one_line(exc))
+                log.debug("lease release failed", exc_info=True)
 
     def retry(self, job: TuneJob) -> None:
         with self._lock:
@@ -113,8 +116,9 @@ class SweepQueue:
         if self.leases is not None and self.leases.held:
             try:
                 self.leases.release_all()
-            except Exception:
-                log.warning("could not give back the sweep's leases; they expire by themselves", exc_info=True)
+            except Exception as exc:
+                log.warning("could not give back the sweep's leases (%s); they expire by themselves", one_line(exc))
+                log.debug("lease release failed", exc_info=True)
 
     def _claim(self, job: TuneJob, now: float) -> bool:
         """Lease the job (lock held); a job leased elsewhere waits, one done elsewhere is dropped."""

@@ -250,6 +250,7 @@ class BenchmarkCounter:
     def __init__(self) -> None:
         self.calls = 0
         self.wrapped: list[str] = []
+        self.kernels: dict[str, int] = {}  # Triton kernel -> its outermost benchmark calls (autotune, CD)
         self._local = threading.local()
 
     def patch(self, module: ModuleType) -> None:
@@ -269,6 +270,9 @@ class BenchmarkCounter:
             depth = getattr(self._local, "depth", 0)
             if depth == 0:
                 self.calls += 1
+                kernel = _tuned_kernel()
+                if kernel is not None:
+                    self.kernels[kernel] = self.kernels.get(kernel, 0) + 1
             self._local.depth = depth + 1
             try:
                 return fn(*args, **kwargs)
@@ -276,6 +280,18 @@ class BenchmarkCounter:
                 self._local.depth = depth
 
         return counted
+
+
+def _tuned_kernel() -> str | None:
+    """The Triton kernel whose autotuner (pointwise autotuning, coordinate descent) is on the
+    stack, if any: which kernels a warm start still tunes, by name."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        meta = getattr(frame.f_locals.get("self"), "inductor_meta", None)
+        if isinstance(meta, dict) and meta.get("kernel_name"):
+            return str(meta["kernel_name"])
+        frame = frame.f_back
+    return None
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -671,6 +687,8 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
         first_call_s = time.perf_counter() - start
         profiler.stop()
         first_bench = _benchmarks(counter)
+        if counter.kernels:
+            result["tuned_kernels"] = dict(counter.kernels)
         seconds, _ = _compile_metrics()
         result.update(first_call_s=first_call_s, setup_s=setup_s, bench=first_bench,
                       phases=derive_phases(seconds, first_call_s, setup_s), compile_phases=seconds,

@@ -36,6 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from cache.errors import CacheError
 from cache.models import leases as L
 from cache.records import utcnow
+from cache.store._engine import one_line
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +181,10 @@ class Heartbeat:
         while not self._stop.wait(self.leases.seconds / 3):
             try:
                 self.lost |= self.leases.heartbeat()
-            except Exception:  # a blip: the next beat retries well before expiry
-                log.warning("could not renew the sweep's leases", exc_info=True)
+            except Exception as exc:  # a blip: the next beat retries well before expiry
+                # One line (a full disk says why in the sweep's own Error line); the trace at debug.
+                log.warning("could not renew the sweep's leases (%s); the next beat retries", one_line(exc))
+                log.debug("lease heartbeat failed", exc_info=True)
 
     def stop(self) -> None:
         self._stop.set()

@@ -141,6 +141,7 @@ def test_markdown_renders_new_and_old_rows(ct: ModuleType) -> None:
             "default": {"status": "ok", "first_call_s": 3.0, "median_ms": 0.1, "benchmarks": 0,
                         "compile_phases": "TorchDynamo compilation metrics: (a row from an older run)"},
             "floor": {"status": "ok", "first_call_s": 1.0, "median_ms": 0.1, "caching_precompile": True,
+                      "launch_calls": {"cudaGraphLaunch": 1.0, "cudaLaunchKernel": 2.0},
                       "bench": dict.fromkeys(ct.BENCH_KINDS, 0), "phases": dict.fromkeys(ct.PHASES, 0.1),
                       "megacache_loaded": {"loaded": True, "bytes": 2048, "artifacts": {"precompile": 1}}},
             "sweep": {"status": "error", "error": "sweep exited 2\nsecond line",
@@ -150,6 +151,7 @@ def test_markdown_renders_new_and_old_rows(ct: ModuleType) -> None:
     text = ct.render_markdown(report)
     assert "| floor | ok | 1.0 | 0.100 | 0/0/0 (0) |" in text
     assert "0.1/0.1/0.1/0.1/0.1/0.1/0.1/0.1" in text and "caching_precompile on" in text
+    assert "launches/call cudaGraphLaunch 1, cudaLaunchKernel 2" in text  # CUDA graphs replayed or not
     assert "no keys \\| here" in text  # a pipe in an error cannot break the table
     assert "sweep exited 2 second line" in text  # nor can a newline
 

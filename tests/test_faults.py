@@ -6,6 +6,7 @@ jobs mid-write-back, a full disk and a read-only filesystem, and bad input at th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -98,14 +99,15 @@ def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
     stored / not stored / not run, exit 1, and the file stays intact."""
     with Store(f"sqlite:///{tmpfs / 'c.db'}") as store:  # fill the disk, keep the schema
         faults.fill(store)
+    # Short leases: their heartbeat (every 0.5 s) meets the full disk too, and says so in one line.
     done = subprocess.run(
         [sys.executable, "-m", "cli", "sweep", str(REPO / "tests" / "models" / "tiny_mlp.py"), "--device", "cpu",
          "--cache", str(tmpfs / "c.db"), "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "AUTOTUNE_LEASE_SECONDS": "1.5"})
     assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "disk holding the SQLite file is full" in errors[0], done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     totals = json.loads(done.stdout)["totals"]
     assert totals["failed"] == 0 and totals["stored"] == 0
     assert totals["not_stored"] >= 1 and totals["not_stored"] + totals["not_run"] == totals["found"] == 2
