@@ -16,10 +16,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from cache.errors import CacheError
+from cache.errors import CacheError, one_line
 from cache.leases import CLAIMED, DONE, Heartbeat, LeaseKey, Leases
 from cache.records import TuningResult
-from cache.store._engine import one_line
 from workers.jobs import TuneJob
 
 log = logging.getLogger(__name__)

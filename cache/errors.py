@@ -7,6 +7,13 @@ fix, so the CLI can print it as is and a training job's log stays readable.
 from __future__ import annotations
 
 
+def one_line(error: BaseException) -> str:
+    """The first line of the driver's message (SQLAlchemy appends SQL and a URL)."""
+    orig = getattr(error, "orig", None) or error
+    lines = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(orig).__name__
+
+
 class CacheError(Exception):
     """Base class of every error the store raises on purpose."""
 

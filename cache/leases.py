@@ -33,10 +33,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cache.errors import CacheError
+from cache.errors import CacheError, one_line
 from cache.models import leases as L
 from cache.records import utcnow
-from cache.store._engine import one_line
 
 log = logging.getLogger(__name__)
 

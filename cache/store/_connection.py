@@ -23,8 +23,8 @@ from sqlalchemy import Connection, Engine, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cache import schema
-from cache.errors import CacheError, CacheUnavailable, CacheWriteRefused, ReadOnlyError, SchemaOutdated
-from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, install_sqlite_hooks, one_line, parse_url
+from cache.errors import CacheError, CacheUnavailable, CacheWriteRefused, ReadOnlyError, SchemaOutdated, one_line
+from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, install_sqlite_hooks, parse_url
 from cache.url import resolve_cache_url
 
 log = logging.getLogger(__name__)

@@ -13,17 +13,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
-from cache.errors import CacheUnavailable
+from cache.errors import CacheUnavailable, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing
-
-
-def one_line(error: BaseException) -> str:
-    """The first line of the driver's message (SQLAlchemy appends SQL and a URL)."""
-    orig = getattr(error, "orig", None) or error
-    lines = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(orig).__name__
 
 
 def _mask_raw(url: str) -> str:

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, Engine, exc
 
 from cache import schema
-from cache.errors import CacheUnavailable, SchemaOutdated
+from cache.errors import CacheUnavailable, SchemaOutdated, one_line
 from cache.store._connection import StoreBase, db_errors
-from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, one_line
+from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT
 
 log = logging.getLogger(__name__)
 
