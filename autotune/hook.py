@@ -213,11 +213,18 @@ class ServePolicy:
 
     def _time_in_graph(self, stored: TuningResult, benchmark: Benchmark | None,
                        default: Callable[[], Timings]) -> Timings:
-        """Time the offered choices as Inductor itself does, here, and keep the verdict."""
+        """Time the offered choices here, as Inductor does but kernel-bound as the sweep's
+        worker does (inductor_glue/timing.py), and keep the verdict."""
+        from inductor_glue.timing import kernel_bound_timing
+
         from .in_graph import verdict
 
-        timings = default()  # with benchmark None: Inductor's precompile check, nothing timed yet
-        if benchmark is None or stored.request.key in self._verdicts:
+        if benchmark is None:
+            return default()  # Inductor's precompile check: nothing is timed yet
+        device = stored.request.inputs[0].device if stored.request.inputs else "cpu"
+        with kernel_bound_timing(device):
+            timings = default()
+        if stored.request.key in self._verdicts:
             return timings
         self._verdicts.add(stored.request.key)
         self.stats.hits += 1

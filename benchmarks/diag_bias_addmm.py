@@ -3,8 +3,10 @@
 Times Inductor's two ATen choices for a GEMM with a broadcast bias (``bias_addmm``:
 ``addmm`` on the 1-D bias, cuBLASLt's epilogue; ``addmm``: the expanded bias) with
 Inductor's own benchmarker, on inputs laid out as Inductor lays them out, at stages of
-one process: plain torch, Inductor imported, the warm-start hook installed, after a
-max-autotune compile under the hook. A diagnostic: it prints one line per stage and shape.
+one process: plain torch, with every CPU busy (what a sweep's compile beside the timing
+does), Inductor imported, the warm-start hook installed, after a max-autotune compile under
+the hook. Each line gives Inductor's figure and the kernel-bound one the sweep times with
+(``inductor_glue/timing.py``). A diagnostic: it prints one line per stage and shape.
 
 usage: python benchmarks/diag_bias_addmm.py [--cache sqlite:////tmp/diag.db]
 """
@@ -12,7 +14,12 @@ usage: python benchmarks/diag_bias_addmm.py [--cache sqlite:////tmp/diag.db]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
+import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,17 +32,49 @@ def measure(stage: str) -> None:
     from torch._dynamo.testing import rand_strided
     from torch._inductor.runtime.benchmarking import benchmarker
 
+    from inductor_glue.timing import benchmark_gpu_queued
+
     for m, k, n in SHAPES:
         bias = rand_strided((m, n), (0, 1), dtype=torch.bfloat16, device="cuda")
         mat1 = rand_strided((m, k), (k, 1), dtype=torch.bfloat16, device="cuda")
         mat2 = rand_strided((k, n), (1, k), dtype=torch.bfloat16, device="cuda")
         out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
-        times = {
-            "bias_addmm": benchmarker.benchmark_gpu(lambda: torch.addmm(bias[0], mat1, mat2, out=out)),
-            "addmm": benchmarker.benchmark_gpu(lambda: torch.addmm(bias, mat1, mat2, out=out)),
-            "mm": benchmarker.benchmark_gpu(lambda: torch.mm(mat1, mat2, out=out)),
+        calls = {
+            "bias_addmm": lambda: torch.addmm(bias[0], mat1, mat2, out=out),
+            "addmm": lambda: torch.addmm(bias, mat1, mat2, out=out),
+            "mm": lambda: torch.mm(mat1, mat2, out=out),
         }
-        print(f"{stage:24} {m}x{k}x{n}  " + "  ".join(f"{name} {ms:.4f}" for name, ms in times.items()), flush=True)
+        for timer, bench in (("inductor", benchmarker.benchmark_gpu), ("kernel-bound", benchmark_gpu_queued)):
+            times = {name: bench(call) for name, call in calls.items()}
+            print(f"{stage:24} {timer:12} {m}x{k}x{n}  " + "  ".join(f"{name} {ms:.4f}" for name, ms in times.items()),
+                  flush=True)
+
+
+def _spin(stop: object) -> None:
+    while not stop.is_set():  # type: ignore[attr-defined]
+        sum(range(1000))
+
+
+@contextlib.contextmanager
+def cpu_busy() -> Iterator[None]:
+    """Every core busy in other processes, and a thread of this one holding the GIL at
+    times, as the compile workers and the compile beside a sweep's timing do."""
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    spinners = [context.Process(target=_spin, args=(stop,), daemon=True) for _ in range(os.cpu_count() or 1)]
+    for process in spinners:
+        process.start()
+    local_stop = threading.Event()
+    thread = threading.Thread(target=_spin, args=(local_stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        local_stop.set()
+        thread.join()
+        for process in spinners:
+            process.join(timeout=5)
 
 
 def main() -> int:
@@ -46,6 +85,8 @@ def main() -> int:
     import torch
 
     measure("torch")
+    with cpu_busy():
+        measure("torch, CPU busy")
     import torch._inductor.select_algorithm  # noqa: F401
 
     measure("inductor imported")

@@ -22,6 +22,7 @@ from typing import Any
 
 from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
 from inductor_glue.pinning import PIN_KEY, Pin, fastest_template
+from inductor_glue.timing import kernel_bound_timing
 from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
@@ -108,7 +109,8 @@ class TunePolicy:
             wanted = self.serve_only.choice_hash
             self.served = self.served or any(choice_hash(c) == wanted for c in choices)
             return {c: (0.0 if choice_hash(c) == wanted else math.inf) for c in choices}
-        timings = benchmark(choices)
+        with kernel_bound_timing(self.device):  # what a job's graph pays, not this process's launches
+            timings = benchmark(choices)
         bucket = self.times.setdefault(key, {})
         for choice, ms in timings.items():
             bucket[choice_hash(choice)] = (choice, float(ms))
