@@ -1,8 +1,9 @@
 """Kernel-bound GPU timing for the sweep's tuning and in-graph verdicts.
 
 Inductor times a candidate with CUDA events around each call, after an L2 flush of
-~17 us on an H100. When the CPU takes longer than that to launch the call, the GPU
-idles inside the timed span and the launch is timed as if it were the kernel. A cuBLAS
+~17 us on an H100. When the CPU takes longer than that to launch the call, the GPU can
+idle inside the timed span (how much depends on when the driver submits the queued work),
+and the launch is timed as if it were the kernel. A cuBLAS
 bias epilogue (``bias_addmm``) queries cuBLASLt's heuristics on every call: on an
 H100 (torch 2.11) the sweep timed it at 0.069-0.123 ms while a compile ran beside it,
 against 0.041-0.053 ms on an idle CPU, so the sweep kept Triton templates plus a GELU
@@ -19,11 +20,8 @@ an L2 flush before each call, a short estimate that sizes the loop, the minimum.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from typing import Any, Callable
-
-log = logging.getLogger(__name__)
 
 CHUNK = 20  # calls queued behind one sleep: few enough for CUDA's launch queue
 SLEEP_CYCLES_PER_MS = 2_000_000  # an H100 SM clock (~1.98 GHz); a slower clock sleeps longer
