@@ -26,6 +26,7 @@ from cache import signing
 from cache.records import (
     STATUS_OK,
     Environment,
+    InputLayout,
     Provenance,
     TuningRequest,
     TuningResult,
@@ -100,6 +101,11 @@ class HookStats:
 
 def _import_store_modules() -> None:
     importlib.import_module("cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
+
+
+def _device(inputs: Sequence[InputLayout]) -> str:
+    """The device type a request's inputs live on ("cpu" for a request described without them)."""
+    return inputs[0].device if inputs else "cpu"
 
 
 class ServePolicy:
@@ -190,8 +196,7 @@ class ServePolicy:
     def _env(self, request: ObservedRequest) -> Environment:
         from inductor_glue.env import current_environment
 
-        device = request.inputs[0].device if request.inputs else "cpu"
-        return current_environment(device)
+        return current_environment(_device(request.inputs))
 
     def _stored_answer(self, env: Environment, request: TuningRequest,
                        choices: list[Any]) -> tuple[TuningResult, Timings] | None:
@@ -221,8 +226,7 @@ class ServePolicy:
 
         if benchmark is None:
             return default()  # Inductor's precompile check: nothing is timed yet
-        device = stored.request.inputs[0].device if stored.request.inputs else "cpu"
-        with kernel_bound_timing(device):
+        with kernel_bound_timing(_device(stored.request.inputs)):
             timings = default()
         if stored.request.key in self._verdicts:
             return timings
