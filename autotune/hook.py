@@ -429,26 +429,38 @@ class WarmStart:
     # weighs one template against ATen.
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None) -> None:
-        from inductor_glue.env import pin_triton_toolchain
+        from inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy
         self._selector = install(policy, lazy=True)  # built at the first lowering, if any
-        self._kernel_device = _triton_device() if policy.settings.kernel_configs else None
-        if self._kernel_device is not None:
-            self._serve_kernel_configs(policy, self._kernel_device)
+        gpu = _triton_device()
+        self._kernel_device = gpu if policy.settings.kernel_configs else None
+        self._holding_kernels = gpu is not None
+        if gpu is not None:
+            self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
-    @staticmethod
-    def _serve_kernel_configs(policy: ServePolicy, device: str) -> None:
+    def _prepare_kernels(self, policy: ServePolicy, device: str, prewarm: threading.Thread | None) -> None:
+        """Threads that the first Triton kernel (compiled, or unpacked from a cached graph)
+        waits for: Triton's backend hash, and the stored pointwise configs."""
         from . import kernel_configs
 
-        loader = threading.Thread(target=policy.load_kernel_configs, args=(device,),
-                                  name="autotune-kernel-configs", daemon=True)
-        loader.start()
-        kernel_configs.hold_compiles_until(lambda: loader.join(timeout=policy.settings.lookup_timeout + 10))
-        kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
+        threads = [prewarm] if prewarm is not None else []
+        if self._kernel_device is not None:
+            loader = threading.Thread(target=policy.load_kernel_configs, args=(device,),
+                                      name="autotune-kernel-configs", daemon=True)
+            loader.start()
+            threads.append(loader)
+            kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
+        timeout = policy.settings.lookup_timeout + 10
+
+        def ready() -> None:
+            for thread in threads:
+                thread.join(timeout=timeout)
+
+        kernel_configs.hold_compiles_until(ready)
 
     @property
     def stats(self) -> HookStats:
@@ -477,11 +489,12 @@ class WarmStart:
         if self._artifacts is not None:
             self._publish_packages()
             self._artifacts.remove()
-        if self._kernel_device is not None:
+        if self._holding_kernels:
             from . import kernel_configs
 
             kernel_configs.release_compiles()
-            kernel_configs.pop()
+            if self._kernel_device is not None:
+                kernel_configs.pop()
         self._policy.close()
         self.installed = False
         if _active is self:

@@ -517,6 +517,11 @@ def _setup(args: argparse.Namespace, result: dict[str, Any]) -> Any:
         import torch._inductor.select_algorithm  # noqa: F401
 
         result["setup_imports_s"] = time.perf_counter() - start
+        if os.environ.get("AUTOTUNE_BENCH_NO_PREWARM"):  # a diagnostic: the hook without its prewarm
+            import inductor_glue.env
+
+            inductor_glue.env.prewarm_triton_backend = lambda: None
+            result["prewarm"] = False
         import autotune
 
         handle = autotune.warm_start(args.cache)
@@ -596,8 +601,10 @@ def _latency(wall_ms: list[float], gpu_ms: list[float]) -> dict[str, Any]:
 
 class _FirstCallProfile:
     """cProfile of the timed first call, when ``AUTOTUNE_BENCH_CPROFILE=DIR`` is set: the
-    top functions by cumulative and by own time go to DIR/<model>-<scenario>.txt. A
-    diagnostic: the profiler slows the call, so its first-call figure is not comparable."""
+    top functions by cumulative and by own time go to DIR/<model>-<scenario>.txt, the whole
+    profile to .prof beside it (pstats). A diagnostic: the profiler slows the call, so its
+    first-call figure is not comparable; and on Python 3.12 cProfile also sees the other
+    threads, so callers and cumulative times mix theirs in (py-spy: AUTOTUNE_BENCH_PYSPY)."""
 
     TOP = 60
 
@@ -631,6 +638,7 @@ class _FirstCallProfile:
             pstats.Stats(self.profile, stream=text).sort_stats(order).print_stats(self.TOP)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(text.getvalue())
+        self.profile.dump_stats(str(self.path.with_suffix(".prof")))  # for callers/callees later
         self.profile = None
 
 

@@ -9,10 +9,14 @@ model and vector ISA are added here.
 from __future__ import annotations
 
 import functools
+import logging
 import platform
+import threading
 from typing import Any
 
 from cache.records import Environment, digest
+
+log = logging.getLogger(__name__)
 
 # Inductor config values that change which candidates exist or what their source
 # is (and so their hash_key), or how they are timed. Keys absent from the
@@ -192,6 +196,36 @@ def pin_triton_toolchain() -> None:
     except ImportError:  # older or newer torch without it: nothing to pin
         return
     _set_triton_ptxas_path()
+
+
+def prewarm_triton_backend() -> threading.Thread | None:
+    """Start building what Inductor's Triton backend hash needs, on a thread (None: nothing to build).
+
+    A compiled graph loaded from a cache asks for ``triton_hash_with_backend()`` before
+    it runs (Inductor's autotune-cache metadata). In a fresh process that builds
+    Triton's CUDA driver stub with the C compiler and hashes Triton's whole install:
+    0.9 s on the main thread of an H100 job (torch 2.11), almost all of it waiting on
+    the compiler or hashing megabyte chunks, neither of which holds the GIL. Started
+    at warm_start(), it overlaps the job's own imports. The result is cached by torch
+    (functools.cache), so the job reads it; join the thread before the first cached
+    graph loads, so the two never build it twice at once. Call after
+    ``pin_triton_toolchain()``: the hash includes the ptxas version.
+    """
+    try:
+        from torch.utils._triton import has_triton, triton_hash_with_backend
+    except ImportError:  # a torch without it: nothing to prewarm
+        return None
+
+    def build() -> None:
+        try:
+            if has_triton():
+                triton_hash_with_backend()
+        except Exception:  # noqa: BLE001 - the job computes it again and reports what fails
+            log.debug("prewarming Triton's backend hash failed", exc_info=True)
+
+    thread = threading.Thread(target=build, name="autotune-triton-prewarm", daemon=True)
+    thread.start()
+    return thread
 
 
 def default_device() -> str:
