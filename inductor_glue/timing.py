@@ -24,20 +24,23 @@ an L2 flush before each call, a short estimate that sizes the loop, the minimum.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
 CHUNK = 20  # calls queued behind one sleep: few enough for CUDA's launch queue
 SLEEP_CYCLES_PER_MS = 2_000_000  # an H100 SM clock (~1.98 GHz); a slower clock sleeps longer
-FIRST_HOLD_MS = 2.0
-MAX_TRIES = 4  # hold 2, 8, 32, 128 ms before timing as Inductor does, gaps and all
+FIRST_HOLD_MS = 2.0  # the least hold; the first is sized from one call's CPU time
+HOLD_MARGIN = 2.0
+MAX_HOLD_MS = 128.0
+MAX_TRIES = 4  # hold up to 4x, 16x, 64x longer before timing as Inductor does, gaps and all
 
 
-def queued_min_ms(fn: Callable[[], Any], flush: Any, iters: int) -> float:
+def queued_min_ms(fn: Callable[[], Any], flush: Any, iters: int, hold_ms: float = FIRST_HOLD_MS) -> tuple[float, float]:
     """The fastest of ``iters`` calls of ``fn``, each after an L2 flush, timed by CUDA
-    events while the GPU never waits for the CPU (``flush``: a CUDA int32 buffer)."""
+    events while the GPU never waits for the CPU (``flush``: a CUDA int32 buffer); and
+    the hold that let the CPU get ahead, for the next loop of the same call to start from."""
     fastest = float("inf")
-    hold_ms = FIRST_HOLD_MS
     left = iters
     while left > 0:
         count = min(CHUNK, left)
@@ -45,11 +48,11 @@ def queued_min_ms(fn: Callable[[], Any], flush: Any, iters: int) -> float:
         for _ in range(MAX_TRIES - 1):
             if ahead:
                 break
-            hold_ms *= 4  # the CPU did not finish queueing before the sleep ended
+            hold_ms = min(hold_ms * 4, MAX_HOLD_MS)  # the CPU did not finish queueing before the sleep ended
             times, ahead = _queued_chunk(fn, flush, count, hold_ms)
         fastest = min(fastest, *times)
         left -= count
-    return fastest
+    return fastest, hold_ms
 
 
 def _queued_chunk(fn: Callable[[], Any], flush: Any, count: int, hold_ms: float) -> tuple[list[float], bool]:
@@ -79,9 +82,18 @@ def benchmark_gpu_queued(fn: Callable[[], Any], estimation_iters: int = 5, bench
     torch.cuda.synchronize()
     flush = torch.empty(_l2_bytes() // 4, dtype=torch.int, device="cuda")
     flush.zero_()
-    estimate = queued_min_ms(fn, flush, estimation_iters)
+    # The first hold covers a chunk at the pace of one more call queued now (a Triton
+    # kernel's call clones its outputs, tens of microseconds of Python), so few chunks
+    # need a longer sleep and a second try.
+    began = time.perf_counter()
+    flush.zero_()
+    fn()
+    per_call_ms = (time.perf_counter() - began) * 1e3
+    torch.cuda.synchronize()
+    hold_ms = min(max(FIRST_HOLD_MS, HOLD_MARGIN * CHUNK * per_call_ms), MAX_HOLD_MS)
+    estimate, hold_ms = queued_min_ms(fn, flush, estimation_iters, hold_ms)
     iters = max(min(benchmark_iters, int(max_benchmark_duration // estimate)), 1) if estimate > 0 else benchmark_iters
-    return min(estimate, queued_min_ms(fn, flush, iters))
+    return min(estimate, queued_min_ms(fn, flush, iters, hold_ms)[0])
 
 
 def _l2_bytes() -> int:
