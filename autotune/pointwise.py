@@ -134,8 +134,6 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     """One compile and run of the model, its hook stats counted into ``report``."""
     import torch
 
-    from inductor_glue.timing import kernel_bound_timing
-
     from .hook import warm_start_for_pass
 
     overrides = {**model.config_overrides, **(inductor_config or {})}
@@ -144,14 +142,7 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,
                                                         time_in_graph=current.time_in_graph) as handle:
         try:
-            # Every GPU timing of the pass is kernel-bound: its GEMM verdicts, Inductor's
-            # fusion benchmarks and its pointwise autotuning and coordinate descent, whose
-            # winners jobs replay. A pointwise kernel runs in a few microseconds, less than
-            # its launch from Python: timed with the launch, its configs look alike. On an
-            # H100, one BN+add+ReLU kernel of ResNet-18, with cold's very source, ran 3.8-5x
-            # slower in the jobs of two runs than in cold max-autotune, likely for that reason.
-            with kernel_bound_timing(device):
-                _run_end_to_end(model, module, inputs, mode, train, device)
+            _run_end_to_end(model, module, inputs, mode, train, device)
             if device == "cuda":
                 torch.cuda.synchronize()
         finally:  # what a failed pass did store still counts

@@ -11,11 +11,7 @@ kernel where cold max-autotune kept cuBLAS (the transformer's kernel time 1.22x 
 run 51). A job replays these choices in CUDA graphs, or queues them behind other
 kernels, where launch time does not count.
 
-The same holds for pointwise kernels, which run in a few microseconds: timed with their
-launch, the configs of one kernel look alike, and the sweep's end-to-end pass may store
-one several times slower than the one cold max-autotune picks.
-
-So, while tuning and throughout the end-to-end pass, each timed loop starts behind a GPU
+So, while tuning and while timing in the graph, each timed loop starts behind a GPU
 sleep long enough for the CPU to queue the whole loop first: the events then time the
 kernels alone, whatever the CPU was doing. Everything else is Inductor's method: warm-up,
 an L2 flush before each call, a short estimate that sizes the loop, the minimum.
