@@ -27,7 +27,7 @@ from typing import Any, Callable
 CHUNK = 20  # calls queued behind one sleep: few enough for CUDA's launch queue
 SLEEP_CYCLES_PER_MS = 2_000_000  # an H100 SM clock (~1.98 GHz); a slower clock sleeps longer
 FIRST_HOLD_MS = 2.0  # the least hold; the first is sized from one call's CPU time
-HOLD_MARGIN = 2.0
+HOLD_MARGIN = 2.0  # the first hold: twice a chunk of calls at the measured pace
 MAX_HOLD_MS = 128.0
 MAX_TRIES = 4  # hold up to 4x, 16x, 64x longer before timing as Inductor does, gaps and all
 
@@ -78,8 +78,8 @@ def benchmark_gpu_queued(fn: Callable[[], Any], estimation_iters: int = 5, bench
     torch.cuda.synchronize()
     flush = torch.empty(_l2_bytes() // 4, dtype=torch.int, device="cuda")
     flush.zero_()
-    # The first hold covers a chunk at the pace of one more call queued now (a Triton
-    # kernel's call clones its outputs, tens of microseconds of Python), so few chunks
+    # The first hold covers a chunk at the pace of one more call queued now (a call
+    # through Python can take tens of microseconds, more on a busy CPU), so few chunks
     # need a longer sleep and a second try.
     began = time.perf_counter()
     flush.zero_()
