@@ -120,21 +120,45 @@ def _mark_dynamic(inputs: tuple[Any, ...], dims: DynamicDims) -> None:
                 log.warning("input %d dimension %d has size %d here, so it stays static", index, dim, size)
 
 
+def _mark_duck(inputs: tuple[Any, ...], dims: DynamicDims) -> None:
+    """Under ``dynamic=True`` every dimension is dynamic and equal sizes share one symbol
+    (duck shaping): keep the named dimensions so and make every other one static."""
+    import torch
+
+    for index, tensor in enumerate(inputs):
+        if isinstance(tensor, torch.Tensor):
+            for dim in range(tensor.dim()):
+                if dim not in dims.get(index, ()):
+                    torch._dynamo.mark_static(tensor, dim)
+
+
+def duck_differs(inputs: tuple[Any, ...], dims: DynamicDims) -> bool:
+    """Whether named dimensions share a size, so that ``dynamic=True`` (one symbol for
+    both) and ``mark_dynamic`` (one each) compile different graphs."""
+    sizes = [inputs[index].shape[dim] for index, named in dims.items() for dim in named]
+    sizes = [size for size in sizes if size > 1]
+    return len(sizes) != len(set(sizes))
+
+
 def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str,
-              later_inputs: tuple[tuple[Any, ...], ...] = (), dynamic_dims: DynamicDims | None = None) -> None:
+              later_inputs: tuple[tuple[Any, ...], ...] = (), dynamic_dims: DynamicDims | None = None,
+              duck: bool = False) -> None:
     """Compile module, call it on inputs, then on each of later_inputs (same compiled
     module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
-    shapes do in a job); ``dynamic_dims``, if given, are dynamic from the start."""
+    shapes do in a job); ``dynamic_dims``, if given, are dynamic from the start: marked
+    (``mark_dynamic``), or with ``duck`` as ``dynamic=True`` makes them."""
     import torch
 
     if isinstance(module, torch.nn.Module):
         module = module.to(device)
         module.train(train)
-    compiled = torch.compile(module, mode=mode)
+    compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
     for call_inputs in (inputs, *later_inputs):
         call_inputs = tuple(_to_device(x, device) for x in call_inputs)
+        if duck:  # marks stay on a tensor: the marked capture's must not carry over
+            call_inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in call_inputs)
         if dynamic_dims is not None:
-            _mark_dynamic(call_inputs, dynamic_dims)
+            (_mark_duck if duck else _mark_dynamic)(call_inputs, dynamic_dims)
         _call(compiled, call_inputs, train)
 
 
@@ -262,7 +286,8 @@ def capture_model(
     the others in turn, which recompiles it with a dynamic batch (automatic dynamic
     shapes, what a job whose batch size changes compiles). ``dynamic``: the dimensions the
     model file names in DYNAMIC_DIMS (default: the batch dimension, 0, of every tensor input)
-    are dynamic from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead.
+    are dynamic from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead;
+    where two of them have one size, again as ``dynamic=True`` gives them (one symbol for both).
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on.
     """
@@ -284,17 +309,18 @@ def capture_model(
         overrides = {**model.config_overrides, **(inductor_config or {})}
         (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
         log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session, mode, dynamic)
-        with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
-            try:
-                _run_once(module, inputs, mode, train, device, later,
-                          dynamic_dims=model.marked_dims(inputs) if dynamic else None)
-            except Exception as exc:  # the model's own error, or one its graph hits in Inductor
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                sizes = ",".join(str(b or "") for b in session)
-                raise ModelFileError(
-                    f"{model.path}: compiling and running {model.entry}({sizes}) raised "
-                    f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"
-                ) from exc
+        dims = model.marked_dims(inputs) if dynamic else None
+        for duck in (False, True) if dims and duck_differs(inputs, dims) else (False,):
+            with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
+                try:
+                    _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck)
+                except Exception as exc:  # the model's own error, or one its graph hits in Inductor
+                    first = (str(exc).strip().splitlines() or [""])[0][:300]
+                    sizes = ",".join(str(b or "") for b in session)
+                    raise ModelFileError(
+                        f"{model.path}: compiling and running {model.entry}({sizes}) raised "
+                        f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"
+                    ) from exc
     requests = [observed.to_request() for observed in policy.seen.values()]
     return CaptureResult(
         env=policy.env,

@@ -165,6 +165,15 @@ def _signed_tiny_cache(tmp_path_factory: pytest.TempPathFactory, signing_keys: d
     return path
 
 
+def dynamic_sweep(model: str, directory: Path) -> str:
+    """`autotune sweep MODEL --dynamic` on CPU into a new SQLite file in ``directory``; its URL."""
+    url = f"sqlite:///{directory / 'cache.db'}"
+    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", model, "--device", "cpu", "--cache", url,
+                           "--dynamic", "--json"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return url
+
+
 def copy_sqlite(source: Path, target: Path) -> str:
     """A consistent copy of a SQLite cache (its WAL included), as a URL."""
     target.parent.mkdir(parents=True, exist_ok=True)

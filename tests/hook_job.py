@@ -2,6 +2,7 @@
 
 usage: python hook_job.py OUT.json [--cache URL] [--on-miss MODE] [--no-hook] [--model NAME]
        [--entry NAME] [--batch-size N] [--dynamic | --mark-dynamic] [--next-batch-size N] [--next-seq-len N]
+       [--next-image-size N]
        [--config KEY=VALUE] [--pause-file PATH --resume-file PATH] [--ready-file PATH --go-file PATH]
 
 It compiles tests/models/NAME.py (default tiny_mlp) under max-autotune (freezing on) and writes
@@ -57,6 +58,8 @@ def main() -> int:
                         help="call the compiled model again on this batch size (automatic dynamic shapes)")
     parser.add_argument("--next-seq-len", type=int, default=None,
                         help="call the compiled model again on this sequence length (tiny_block)")
+    parser.add_argument("--next-image-size", type=int, default=None,
+                        help="call the compiled model again on square images of this size (tiny_patches)")
     parser.add_argument("--config", action="append", default=[])
     parser.add_argument("--pause-file")
     parser.add_argument("--resume-file")
@@ -102,6 +105,8 @@ def main() -> int:
                 compiled(getattr(model_file, entry)(args.next_batch_size)[1][0])
             if args.next_seq_len:  # a dynamic graph runs it as it is
                 compiled(getattr(model_file, entry)(args.batch_size, seq_len=args.next_seq_len)[1][0])
+            if args.next_image_size:
+                compiled(getattr(model_file, entry)(args.batch_size, image_size=args.next_image_size)[1][0])
         compile_seconds.append(time.perf_counter() - began)
     tensor_path = args.out + ".pt"
     torch.save(outputs[0], tensor_path)

@@ -52,6 +52,22 @@ def test_zoo_registry_and_stubs(conf: ModuleType, tmp_path: Path) -> None:
     assert conf.ct.is_training_file(train) and not conf.ct.is_training_file(infer)
 
 
+def test_stubs_name_what_dynamic_true_makes_dynamic(conf: ModuleType, tmp_path: Path) -> None:
+    """`--dynamic` must capture what a dynamic=True job compiles: every input dimension the
+    weights leave free (an image's batch, height and width; each token input's batch and length)."""
+    zoo = conf.zoo
+
+    def named(name: str) -> object:
+        namespace: dict[str, object] = {}
+        text = zoo.write_stub(name, "infer", tmp_path).read_text()
+        exec(next(line for line in text.splitlines() if line.startswith("DYNAMIC_DIMS")), namespace)
+        return namespace["DYNAMIC_DIMS"]
+
+    assert named("mlp_mixer") == named("resnet50") == {0: (0, 2, 3)}
+    assert named("t5") == {0: (0, 1), 1: (0, 1)} and named("gpt2") == {0: (0, 1)}
+    assert named("whisper_encoder") == {0: (0,)}
+
+
 def test_plan_orders_rows_and_baselines(conf: ModuleType) -> None:
     keys = [s.key for s in conf.plan(["mlp_mixer"], ["infer"], ["static", "auto"], "static")]
     assert keys == ["sweep", "warm/static", "default/static", "cold/static", "warm/auto"]

@@ -8,15 +8,13 @@ the modules that share that sweep.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from cache import Store
-from conftest import REPO
+from conftest import dynamic_sweep
 from test_hook import job
 
 BLOCK = str(Path(__file__).parent / "models" / "tiny_block.py")
@@ -25,11 +23,7 @@ BLOCK = str(Path(__file__).parent / "models" / "tiny_block.py")
 @pytest.fixture(scope="module")
 def swept_block(tmp_path_factory: pytest.TempPathFactory) -> str:
     """`autotune sweep tiny_block.py --dynamic`: batch and sequence symbolic (hints 2 and 16)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('block') / 'cache.db'}"
-    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", BLOCK, "--device", "cpu", "--cache", url,
-                           "--dynamic", "--json"], capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return url
+    return dynamic_sweep(BLOCK, tmp_path_factory.mktemp("block"))
 
 
 def test_a_named_sequence_dimension_is_tuned_under_the_models_expression(swept_block: str) -> None:
@@ -62,33 +56,3 @@ def test_mark_dynamic_on_the_named_dimensions_is_served_without_benchmarking(swe
                                                                             tmp_path: Path) -> None:
     report = job(tmp_path, "--cache", swept_block, "--model", "tiny_block", "--mark-dynamic")
     assert _served(report) == (2, 0, 0, 1), report["stats"]
-
-
-_SLICED = """
-import torch
-import torch._inductor.config
-torch._inductor.config.freezing = True
-DYNAMIC_DIMS = {0: (0, 1)}
-def example(batch_size=None):
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(32, 16).eval()
-    return (lambda x: linear(x[:, 1:])), (torch.randn(batch_size or 2, 16, 32),)
-"""
-
-
-def test_limit_a_size_that_is_no_product_of_symbols_is_not_reproduced(tmp_path: Path) -> None:
-    """Known limit (README, dynamic shapes): a sliced sequence gives M = s77*(s27 - 1); the
-    worker reproduces products of symbols and constants only, and reports this one as
-    key_mismatch (never served) rather than tuning another kernel under its key."""
-    from inductor_glue.capture import capture_file
-    from workers.jobs import TuneJob
-    from workers.tune import tune_request
-
-    path = tmp_path / "sliced.py"
-    path.write_text(_SLICED)
-    captured = capture_file(str(path), dynamic=True)
-    (request,) = captured.requests
-    assert request.inputs[0].exprs == ("s77*(s27 - 1)",)
-    result = tune_request(TuneJob(request=request, expected_env=captured.env, mode=captured.mode,
-                                  config_overrides=captured.config_overrides, device="cpu"))
-    assert result.status == "key_mismatch" and "s77*(s27 - 1)" in (result.error or ""), result.error

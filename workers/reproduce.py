@@ -15,6 +15,7 @@ import torch
 
 from cache.records import InputLayout, TuningRequest
 
+from .size_exprs import carry_expressions
 from .symbolic import carry
 
 
@@ -236,7 +237,11 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
     if not any(layout.symbolic for layout in request.inputs):
         return graph
     carried = carry(graph.fn, graph.inputs, request)
-    if carried is None:  # no expressions recorded, or none that can be carried
+    if carried is None:  # a size that is no product of symbols: rebuilt from its expression
+        sized = carry_expressions(graph.fn, graph.inputs, request)
+        if sized is not None:
+            return OneOpGraph(sized.module, sized.inputs, graph.reference, symbol_ids=sized.symbol_ids)
+    if carried is None:  # no expressions recorded, or none that can be rebuilt
         _mark_symbolic(graph.inputs, request)
         return graph
     # The carriers share the builder's tensors' memory, so its reference still applies.

@@ -75,13 +75,26 @@ def monomial(expr: str, hints: dict[str, int]) -> list[tuple[int, str | None]] |
     return factors
 
 
-def carrier_for(tensor: torch.Tensor, layout: InputLayout, hints: dict[str, int]) -> Carrier | None:
-    """The carrier of an input built with exactly the recorded layout, or None (not dense,
-    another shape than recorded, or a size that is no monomial)."""
+def memory_order(tensor: torch.Tensor, layout: InputLayout) -> tuple[int, ...] | None:
+    """The input's dimensions from outermost in, or None unless it was built in the recorded
+    shape, is dense in that order, and every symbolic dimension has its expression."""
     if tuple(tensor.shape) != layout.sizes or len(layout.exprs) != len(layout.symbolic):
         return None
     order = tuple(sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d)))
-    if not tensor.permute(order).is_contiguous():
+    return order if tensor.permute(order).is_contiguous() else None
+
+
+def as_module(fn: Callable[..., torch.Tensor]) -> torch.nn.Module:
+    """A builder's function as a submodule, so that freezing folds a builder module's
+    parameters as in the model."""
+    return fn if isinstance(fn, torch.nn.Module) else _Function(fn)
+
+
+def carrier_for(tensor: torch.Tensor, layout: InputLayout, hints: dict[str, int]) -> Carrier | None:
+    """The carrier of an input built with exactly the recorded layout, or None (not dense,
+    another shape than recorded, or a size that is no monomial)."""
+    order = memory_order(tensor, layout)
+    if order is None:
         return None
     exprs = dict(zip(layout.symbolic, layout.exprs))
     factors: list[tuple[int, str | None]] = []
@@ -104,8 +117,7 @@ class CarrierModule(torch.nn.Module):
 
     def __init__(self, fn: Callable[..., torch.Tensor], carriers: tuple[Carrier | None, ...]) -> None:
         super().__init__()
-        # A submodule, so that freezing folds a builder module's parameters as in the model.
-        self.inner = fn if isinstance(fn, torch.nn.Module) else _Function(fn)
+        self.inner = as_module(fn)
         self.carriers = carriers
 
     def forward(self, a0: torch.Tensor, a1: torch.Tensor | None = None, a2: torch.Tensor | None = None,
@@ -151,10 +163,16 @@ def symbol_numbers(ids: dict[str, int]) -> Iterator[None]:
 
     def generate(self: Any, source_name: str) -> int:
         wanted = ids.get(source_name)
-        if wanted is None or wanted in self.unique_ids:
+        if wanted is not None and wanted not in self.unique_ids:
+            self.unique_ids.add(wanted)
+            return wanted
+        # Any other source (a flat carrier's size) must not take a number still wanted.
+        pending = set(ids.values()) - self.unique_ids
+        self.unique_ids |= pending
+        try:
             return original(self, source_name)
-        self.unique_ids.add(wanted)
-        return wanted
+        finally:
+            self.unique_ids -= pending
 
     ShapeEnv._generate_unique_id = generate  # type: ignore[method-assign]
     try:

@@ -33,6 +33,14 @@ MODES: tuple[str, ...] = ("infer", "train")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+# DYNAMIC_DIMS of the stubs: every input dimension the weights do not fix, which is what
+# a job compiling with dynamic=True makes dynamic (README, dynamic shapes). Whisper's
+# encoder checks its 3000 frames in Python, which fixes them.
+IMAGE_DIMS: dict[int, tuple[int, ...]] = {0: (0, 2, 3)}  # batch, height, width
+TOKEN_DIMS: dict[int, tuple[int, ...]] = {0: (0, 1)}  # batch, sequence
+BATCH_DIMS: dict[int, tuple[int, ...]] = {0: (0,)}
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -42,6 +50,10 @@ class Entry:
     cpu_batch: int
     modes: tuple[str, ...] = MODES
     ci: bool = False  # in the CPU subset that CI runs
+    dynamic_dims: dict[int, tuple[int, ...]] | None = None  # the stub's DYNAMIC_DIMS (None: images)
+
+    def dims(self) -> dict[int, tuple[int, ...]]:
+        return IMAGE_DIMS if self.dynamic_dims is None else self.dynamic_dims
 
     def batch(self, device: str) -> int:
         return self.gpu_batch if device == "cuda" else self.cpu_batch
@@ -58,13 +70,16 @@ _ENTRIES: tuple[Entry, ...] = (
     Entry("convnext_tiny", "torchvision", "ConvNeXt-T, 224x224, channels_last", 16, 2),
     Entry("swin_t", "torchvision", "Swin-T (windowed attention), 224x224", 8, 2),
     Entry("vit_b_16", "torchvision", "ViT-B/16 (16x16 stride-16 patch conv), 224x224", 8, 2),
-    Entry("bert", "transformers", "BERT-base (BertConfig()), sequence 128, last_hidden_state", 8, 2),
-    Entry("t5", "transformers", "T5-small (T5Config()), encoder 128 + decoder 32 tokens, logits", 8, 2),
+    Entry("bert", "transformers", "BERT-base (BertConfig()), sequence 128, last_hidden_state", 8, 2,
+          dynamic_dims=TOKEN_DIMS),
+    Entry("t5", "transformers", "T5-small (T5Config()), encoder 128 + decoder 32 tokens, logits", 8, 2,
+          dynamic_dims={0: (0, 1), 1: (0, 1)}),
     Entry("llama", "transformers", "Llama-style decoder: 4 layers, hidden 1024, GQA 16/8 heads, seq 512, logits",
-          4, 2),
+          4, 2, dynamic_dims=TOKEN_DIMS),
     Entry("whisper_encoder", "transformers", "Whisper-base encoder on an 80x3000 log-mel input, last_hidden_state",
-          4, 2),
-    Entry("gpt2", "transformers", "GPT-2 small (GPT2Config()), sequence 512, logits", 8, 2),
+          4, 2, dynamic_dims=BATCH_DIMS),
+    Entry("gpt2", "transformers", "GPT-2 small (GPT2Config()), sequence 512, logits", 8, 2,
+          dynamic_dims=TOKEN_DIMS),
     Entry("unet", "torch", "UNet-style encoder-decoder, hand-written (timm has none), 256x256, channels_last",
           8, 2),
     Entry("mlp_mixer", "torch", "MLP-Mixer-S/16, hand-written: token-mixing MLPs on transposed activations",
@@ -87,6 +102,8 @@ from zoo import models  # noqa: E402
 
 models.configure({mode!r})
 
+DYNAMIC_DIMS = {dims!r}  # what `autotune sweep --dynamic` makes dynamic
+
 
 def example(batch_size: int | None = None):  # type: ignore[no-untyped-def]
     return models.example({name!r}, {mode!r}, batch_size)
@@ -108,7 +125,7 @@ def write_stub(name: str, mode: str, directory: Path) -> Path:
     if mode not in entry.modes:
         raise ValueError(f"{name} does not support mode {mode!r} (it has {', '.join(entry.modes)})")
     text = STUB.format(name=name, library=entry.library, what=entry.what, mode=mode,
-                       benchmarks=str(PACKAGE_DIR.parent))
+                       benchmarks=str(PACKAGE_DIR.parent), dims=entry.dims())
     if mode == "train":
         text += TRAIN_STUB
     directory.mkdir(parents=True, exist_ok=True)
