@@ -44,11 +44,13 @@ def test_capture_keeps_two_kernels_asked_under_one_inputs_key_apart() -> None:
 
 
 @pytest.mark.parametrize(("entry", "ops"), [("same_shape_variants", ["linear_unary", "linear_unary"]),
-                                           ("residual", ["linear_binary"])])
+                                           ("residual", ["linear_binary"]),
+                                           ("activations", ["linear_unary"] * 5)])
 def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: list[str]) -> None:
     """A fused GELU is reproduced as Linear + GELU, a fused residual add as Linear + add of
-    another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them);
-    each tuned result carries the captured key and all its candidates."""
+    another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them),
+    a fused SiLU as Linear + SiLU (the zoo's Llama did), and so on; each tuned result
+    carries the captured key and all its candidates."""
     from workers.jobs import TuneJob
     from workers.tune import tune_request
 

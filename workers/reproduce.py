@@ -185,6 +185,11 @@ _UNARY: dict[str, Callable[[str], torch.nn.Module] | None] = {
     "none": None,
     "relu": lambda algorithm: torch.nn.ReLU(),
     "gelu": lambda algorithm: torch.nn.GELU(approximate="tanh" if algorithm == "tanh" else "none"),
+    "swish": lambda algorithm: torch.nn.SiLU(),  # a Llama MLP's gate
+    "hardswish": lambda algorithm: torch.nn.Hardswish(),
+    "hardsigmoid": lambda algorithm: torch.nn.Hardsigmoid(),
+    "sigmoid": lambda algorithm: torch.nn.Sigmoid(),
+    "tanh": lambda algorithm: torch.nn.Tanh(),
 }
 
 

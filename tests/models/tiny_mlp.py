@@ -30,6 +30,16 @@ def same_shape_variants(batch_size: int | None = None) -> tuple[torch.nn.Module,
     return model, (torch.randn(batch_size or 8, 16),)
 
 
+def activations(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """Linear layers each followed by another activation that freezing fuses into mkldnn
+    linear_unary under a dynamic batch: SiLU (a Llama MLP's gate, attr 'swish'), Hardswish,
+    Hardsigmoid, Sigmoid and Tanh."""
+    torch.manual_seed(0)
+    acts = (torch.nn.SiLU(), torch.nn.Hardswish(), torch.nn.Hardsigmoid(), torch.nn.Sigmoid(), torch.nn.Tanh())
+    layers = [module for act in acts for module in (torch.nn.Linear(16, 16), act)]
+    return torch.nn.Sequential(*layers).eval(), (torch.randn(batch_size or 8, 16),)
+
+
 def residual(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """x + Linear(LayerNorm(x)), a residual block's end: under a dynamic batch, freezing fuses
     the add into mkldnn linear_binary."""
