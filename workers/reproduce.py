@@ -241,17 +241,16 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
     graph = builder(request, device, generator)
     if not any(layout.symbolic for layout in request.inputs):
         return graph
-    carried = carry(graph.fn, graph.inputs, request)
-    if carried is None:  # a size that is no product of symbols: rebuilt from its expression
-        sized = carry_expressions(graph.fn, graph.inputs, request)
-        if sized is not None:
-            return OneOpGraph(sized.module, sized.inputs, graph.reference, symbol_ids=sized.symbol_ids)
-    if carried is None:  # no expressions recorded, or none that can be rebuilt
-        _mark_symbolic(graph.inputs, request)
-        return graph
     # The carriers share the builder's tensors' memory, so its reference still applies.
-    return OneOpGraph(carried.module, carried.inputs, graph.reference,
-                      dynamic=True if carried.duck else None, symbol_ids=carried.symbol_ids)
+    carried = carry(graph.fn, graph.inputs, request)
+    if carried is not None:
+        return OneOpGraph(carried.module, carried.inputs, graph.reference,
+                          dynamic=True if carried.duck else None, symbol_ids=carried.symbol_ids)
+    sized = carry_expressions(graph.fn, graph.inputs, request)  # a size that is no product of symbols
+    if sized is not None:
+        return OneOpGraph(sized.module, sized.inputs, graph.reference, symbol_ids=sized.symbol_ids)
+    _mark_symbolic(graph.inputs, request)  # no expressions recorded, or none that can be rebuilt
+    return graph
 
 
 def _mark_symbolic(inputs: tuple[torch.Tensor, ...], request: TuningRequest) -> None:
