@@ -28,7 +28,7 @@ import torch
 
 from cache.records import InputLayout, TuningRequest
 
-from .symbolic import as_module, memory_order
+from .symbolic import as_module, carriers_for, memory_order, symbol_hints
 
 SIZES_ARG = "sizes"  # the module's first argument; Dynamo's source for dimension i is L['sizes'].size()[i]
 
@@ -185,24 +185,13 @@ class SizedGraph:
 
 
 def carry_expressions(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
-                      request: TuningRequest, max_inputs: int = 4) -> SizedGraph | None:
+                      request: TuningRequest) -> SizedGraph | None:
     """The builder's graph with each symbolic input rebuilt from the model's size
     expressions, or None when one cannot be (the caller then reports what it gets)."""
-    hints = {str(k): int(v) for k, v in (request.params.get("symbols") or {}).items()}
+    hints = symbol_hints(request)
     numbers = {name: int(name[1:]) for name in hints if name[:1] == "s" and name[1:].isdigit()}
-    if not hints or len(numbers) != len(hints) or len(inputs) > max_inputs:
-        return None
-    carriers: list[FlatCarrier | None] = []
-    for index, tensor in enumerate(inputs):
-        layout = request.inputs[index] if index < len(request.inputs) else None
-        if layout is None or not layout.symbolic or tuple(tensor.shape) != layout.sizes:
-            carriers.append(None)  # as in workers.symbolic: it takes its sizes from the others
-            continue
-        carrier = flat_carrier_for(tensor, layout, hints)
-        if carrier is None:
-            return None
-        carriers.append(carrier)
-    if not any(carriers):
+    carriers = carriers_for(inputs, request, hints, flat_carrier_for) if len(numbers) == len(hints) else None
+    if carriers is None:
         return None
     symbols = tuple(sorted(hints))
     sizes = torch.empty((), device=inputs[0].device).expand(*(hints[name] for name in symbols))

@@ -23,7 +23,7 @@ import contextlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
@@ -31,6 +31,7 @@ from cache.records import InputLayout, TuningRequest
 
 _SIZE_SYMBOL = re.compile(r"s(\d+)")
 MAX_INPUTS = 4  # the carrier module's forward names its arguments a0..a3 (builders pass at most 3)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -191,14 +192,18 @@ class Carried:
     duck: bool  # compile with dynamic=True: equal sizes share one symbol, as s77 in two inputs must
 
 
-def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
-          request: TuningRequest) -> Carried | None:
-    """The builder's graph reproducing the request's size expressions, or None when they
-    cannot be carried (the caller then marks dimensions as they stand)."""
-    hints = {str(k): int(v) for k, v in (request.params.get("symbols") or {}).items()}
+def symbol_hints(request: TuningRequest) -> dict[str, int]:
+    """The model's size symbols and their hints, as capture recorded them."""
+    return {str(k): int(v) for k, v in (request.params.get("symbols") or {}).items()}
+
+
+def carriers_for(inputs: tuple[torch.Tensor, ...], request: TuningRequest, hints: dict[str, int],
+                 make: Callable[[torch.Tensor, InputLayout, dict[str, int]], T | None]) -> list[T | None] | None:
+    """``make``'s carrier for each symbolic input (None for one that travels as it is), or
+    None when one cannot be made or none is needed."""
     if not hints or len(inputs) > MAX_INPUTS:
         return None
-    carriers: list[Carrier | None] = []
+    carriers: list[T | None] = []
     for index, tensor in enumerate(inputs):
         layout = request.inputs[index] if index < len(request.inputs) else None
         # An input built in another shape than recorded (a 1-D bias Inductor expands) takes
@@ -206,11 +211,20 @@ def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
         if layout is None or not layout.symbolic or tuple(tensor.shape) != layout.sizes:
             carriers.append(None)
             continue
-        carrier = carrier_for(tensor, layout, hints)
+        carrier = make(tensor, layout, hints)
         if carrier is None:
             return None
         carriers.append(carrier)
-    if not any(carriers):
+    return carriers if any(carriers) else None
+
+
+def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
+          request: TuningRequest) -> Carried | None:
+    """The builder's graph reproducing the request's size expressions, or None when they
+    cannot be carried (the caller then marks dimensions as they stand)."""
+    hints = symbol_hints(request)
+    carriers = carriers_for(inputs, request, hints, carrier_for)
+    if carriers is None:
         return None
     packed = tuple(c.pack(t) if c else t for t, c in zip(inputs, carriers))
     # Dynamo shares one symbol between equal sizes only in duck mode (dynamic=True); marked
