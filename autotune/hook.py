@@ -119,7 +119,12 @@ class ServePolicy:
         # Writes held until flush(): the sweep's pass times kernels in this process, and a
         # writer thread holding the GIL (SQLAlchemy is Python) delays their launches.
         self._deferred: list[Callable[[], None]] | None = [] if defer_writes else None
+        # Compiled artifacts are held apart from the data writes: a pass may withhold them.
+        self._deferred_artifacts: list[Callable[[], None]] = []
+        self._artifacts_withheld = False
         self._deferred_lock = threading.Lock()
+        # Pointwise/reduction configs Inductor tuned in this process (saved, not served).
+        self.kernels_tuned = 0
         self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
@@ -360,6 +365,7 @@ class ServePolicy:
 
         if self._disabled or not self.settings.write_back or self.settings.read_only:
             return
+        self.kernels_tuned += 1
         env = kernel_config_environment(device)
 
         def put(store: Any) -> None:
@@ -392,11 +398,32 @@ class ServePolicy:
                 return
         self._writer.submit(work)
 
+    def submit_artifact_write(self, work: Callable[[], None]) -> None:
+        """Like ``submit_write``, for a compiled artifact: deferred ones wait apart from the
+        data writes, and none is written once ``withhold_artifacts`` was called."""
+        with self._deferred_lock:
+            if self._artifacts_withheld:
+                return
+            if self._deferred is not None:
+                self._deferred_artifacts.append(work)
+                return
+        self.submit_write(work)
+
+    def withhold_artifacts(self) -> int:
+        """Drop the deferred artifact writes and write no artifact from now on. Returns how
+        many were dropped."""
+        with self._deferred_lock:
+            dropped, self._deferred_artifacts = len(self._deferred_artifacts), []
+            self._artifacts_withheld = True
+        return dropped
+
     def _release_deferred(self) -> None:
-        """Hand the deferred writes, in order, to the writer thread."""
+        """Hand the deferred writes, in order, to the writer thread: data before artifacts."""
         with self._deferred_lock:
             held, self._deferred = self._deferred, ([] if self._deferred is not None else None)
-        for work in held or ():
+            held = (held or []) + self._deferred_artifacts
+            self._deferred_artifacts = []
+        for work in held:
             if not self._disabled:
                 self._writer.submit(work)
 
@@ -440,6 +467,7 @@ class WarmStart:
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._artifacts = _artifact_seams(policy, trusted, signer)
+        self._withheld = False  # withhold_artifacts() was called
         self.installed = True
 
     def _prepare_kernels(self, policy: ServePolicy, device: str, prewarm: threading.Thread | None) -> None:
@@ -477,8 +505,21 @@ class WarmStart:
         self._publish_packages()
         self._policy.flush(max(30.0, 10 * self.settings.lookup_timeout))
 
+    @property
+    def kernels_tuned(self) -> int:
+        """Pointwise/reduction kernels Inductor tuned in this process (not served)."""
+        return self._policy.kernels_tuned
+
+    def withhold_artifacts(self) -> int:
+        """Publish none of this process's compiled artifacts, queued or to come (the sweep's
+        pass, when its graphs were compiled before some of their kernels were tuned: a node
+        loading them would tune those kernels again). Data writes go on. Returns how many
+        queued artifacts were dropped."""
+        self._withheld = True
+        return self._policy.withhold_artifacts()
+
     def _publish_packages(self) -> None:
-        if self._artifacts is not None:
+        if self._artifacts is not None and not self._withheld:
             self._artifacts.publish_packages()  # a refusal counts itself in stats.packages_refused
 
     def uninstall(self) -> None:
@@ -592,7 +633,7 @@ def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | 
     from .artifacts import ArtifactSeams, ArtifactTier
 
     tier = ArtifactTier(trusted=trusted, signer=signer, device=_artifact_device(), stats=policy.stats,
-                        call=policy._call, submit=policy.submit_write, timeout=policy.settings.lookup_timeout)
+                        call=policy._call, submit=policy.submit_artifact_write, timeout=policy.settings.lookup_timeout)
     return ArtifactSeams(tier, dynamo_package=policy.settings.dynamo_package)
 
 

@@ -45,6 +45,7 @@ class PointwiseReport:
     gemm_hits: int = 0
     gemm_misses: int = 0
     artifacts_published: int = 0  # signed compiled artifacts stored (with a signing key)
+    republished: int = 0  # publishing compiles run again: the first tuned kernels after compiling them
     packages_refused: int = 0  # models Dynamo could not package (their graphs still travel)
     seconds: float = 0.0
     error: str | None = None
@@ -72,6 +73,12 @@ class Pass:
 
     settings: Settings
     time_in_graph: bool = False  # time each served GEMM here and store the verdict (in_graph.py)
+    # A publishing compile that tunes a kernel withholds its artifacts and runs once more.
+    may_republish: bool = True
+
+    @property
+    def publishes(self) -> bool:
+        return bool(self.settings.signing_key)
 
 
 def plan_passes(settings: Settings, device: str, time_in_graph: bool) -> list[Pass]:
@@ -91,6 +98,25 @@ def plan_passes(settings: Settings, device: str, time_in_graph: bool) -> list[Pa
     return [Pass(dataclasses.replace(settings, signing_key=None), time_in_graph), Pass(settings)]
 
 
+def follow_up(current: Pass, verdict_changed: bool, withheld: bool) -> Pass | None:
+    """The compile to insert after ``current``, if any.
+
+    - A timing compile whose verdicts changed a winner: a served compile (publishing
+      nothing), since a changed winner changes the kernels around it, whose configs must
+      be tuned before the publishing compile builds them.
+    - A publishing compile that withheld its artifacts: the same compile once more. Its
+      kernels' sources can differ from the timing compile's (seen on an H100: a training
+      step's publishing compile tuned 6 backward kernels, which its published graphs held
+      untuned, and a job loading them tuned them again at its first call). They are
+      stored now, so the second compile is served throughout.
+    """
+    if current.time_in_graph and verdict_changed:
+        return Pass(current.settings)
+    if withheld:
+        return Pass(current.settings, may_republish=False)
+    return None
+
+
 def tune_pointwise(
     model: ModelFile,
     settings: Settings,
@@ -105,10 +131,8 @@ def tune_pointwise(
     """Compile and run ``model`` once per batch size with the hook installed. Never raises.
 
     ``time_in_graph``: the first compile times each served GEMM in this process and stores
-    the verdict; when one changes a winner, a served compile follows it (publishing
-    nothing), so the kernels around the changed choices get their configs tuned before the
-    publishing compile builds them (seen on an H100: a training step whose published graphs
-    held 6 untuned kernels, tuned again at a job's first call)."""
+    the verdict. A published graph must hold no kernel it was compiled without a tuned
+    config for: ``follow_up`` adds the compiles that make sure of it."""
     report = PointwiseReport()
     started = time.perf_counter()
     try:
@@ -116,11 +140,12 @@ def tune_pointwise(
             passes = plan_passes(settings, device, time_in_graph)
             while passes:
                 current = passes.pop(0)
-                stats = _compile_once(model, current, batch_size, mode, inductor_config, train, device, report)
-                if current.time_in_graph and any(v["changed"] for v in stats.verdicts):
-                    # A changed winner changes the kernels around it: tune theirs (served, as a
-                    # job compiles) before anything is published.
-                    passes.insert(0, Pass(current.settings))
+                stats, withheld = _compile_once(model, current, batch_size, mode, inductor_config, train,
+                                                device, report)
+                after = follow_up(current, any(v["changed"] for v in stats.verdicts), withheld)
+                if after is not None:
+                    report.republished += int(withheld)
+                    passes.insert(0, after)
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"
@@ -130,8 +155,10 @@ def tune_pointwise(
 
 def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode: str,
                   inductor_config: dict[str, Any] | None, train: bool, device: str,
-                  report: PointwiseReport) -> Any:
-    """One compile and run of the model, its hook stats counted into ``report``."""
+                  report: PointwiseReport) -> tuple[Any, bool]:
+    """One compile and run of the model, its hook stats counted into ``report``. Also
+    whether it withheld its artifacts: a publishing compile that tuned a kernel, whose
+    graph was compiled before that kernel's config was known (when it may run again)."""
     import torch
 
     from .hook import warm_start_for_pass
@@ -139,16 +166,22 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     overrides = {**model.config_overrides, **(inductor_config or {})}
     module, inputs = model.build(batch_size)
     # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
+    withheld = False
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,
                                                         time_in_graph=current.time_in_graph) as handle:
         try:
             _run_end_to_end(model, module, inputs, mode, train, device)
             if device == "cuda":
                 torch.cuda.synchronize()
+            if current.publishes and current.may_republish and handle.kernels_tuned:
+                dropped = handle.withhold_artifacts()
+                withheld = True
+                log.info("the publishing compile tuned %d kernel configs after compiling them: "
+                         "%d artifacts withheld, compiling once more", handle.kernels_tuned, dropped)
         finally:  # what a failed pass did store still counts
             handle.flush()
             report.add(handle.stats)
-    return handle.stats
+    return handle.stats, withheld
 
 
 def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode: str, train: bool,
@@ -224,7 +257,8 @@ def _gpu_ids(lanes: int) -> list[str | None]:
 def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseReport:
     merged = PointwiseReport(seconds=seconds)
     for report in reports:
-        for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused"):
+        for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
+                     "republished"):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts

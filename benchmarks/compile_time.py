@@ -1303,6 +1303,8 @@ def _sweep_row(r: dict[str, Any]) -> tuple[str, str, str]:
                   f"{pointwise.get('saved', 0)} configs")
         if "artifacts_published" in pointwise:
             notes += f", publishing {pointwise.get('artifacts_published')} signed artifacts"
+        if pointwise.get("republished"):
+            notes += f" from a second publishing compile ({pointwise['republished']} withheld)"
     notes += ")" + ("; signed" if r.get("signed") else "")
     signing_error = (r.get("signing") or {}).get("error")
     if signing_error:

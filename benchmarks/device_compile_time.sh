@@ -12,7 +12,8 @@ date -u +"start %FT%TZ"
 python benchmarks/compile_time.py --models "$model" --scenarios "$scenarios" --runs 20 --timeout "$timeout" \
   --kernel-profile --keep-tmp --out "$out" --log-dir "$out/logs" --no-merge "$@" > "$out/run.log" 2>&1
 rc=$?
-python benchmarks/diag_kernel_configs.py /tmp/compile_time_"${model}"_* > "$out/kernel_configs.txt" 2>&1
+# The newest run's folder: an earlier command on the same warm machine leaves its own.
+python benchmarks/diag_kernel_configs.py "$(ls -td /tmp/compile_time_"${model}"_* | head -1)" > "$out/kernel_configs.txt" 2>&1
 date -u +"end %FT%TZ"
 grep -A40 "^model " "$out/run.log" | head -40
 exit $rc

@@ -246,3 +246,42 @@ def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(
         after = store.stats()
     assert {k: v for k, v in after.items() if k != "size_bytes"} == \
         {k: v for k, v in before.items() if k != "size_bytes"}
+
+
+# ------------------------------------------------------------------ the sweep's publishing compile
+
+
+def test_a_pass_that_withholds_its_artifacts_publishes_none_and_keeps_its_data(
+        tmp_path: Path, keys: dict[str, Path]) -> None:
+    """The sweep's publishing compile withholds its artifacts when it tuned a kernel after
+    compiling it (autotune/pointwise.py): none is stored, queued or later, while its data
+    writes (here a GEMM winner written back) are kept; the compile after it publishes."""
+    from autotune.hook import warm_start_for_pass
+    from autotune.settings import Settings
+    from inductor_glue.capture import fresh_inductor
+
+    url = f"sqlite:///{tmp_path / 'pass.db'}"
+    settings = Settings(cache=url, signing_key=str(keys["writer"]))
+    with Store(url) as created:  # the sweep creates its database before the pass runs
+        created.stats()
+
+    def compile_once(withhold: bool) -> tuple[HookStats, int]:
+        dropped = 0
+        model, inputs = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU()).eval(), (torch.randn(8, 32),)
+        with fresh_inductor({"freezing": True}), warm_start_for_pass(settings) as handle, torch.no_grad():
+            torch.compile(model, mode="max-autotune")(*inputs)  # frozen: a C++ GEMM to tune
+            if withhold:
+                dropped = handle.withhold_artifacts()
+            handle.flush()
+        return handle.stats, dropped
+
+    withheld, dropped = compile_once(withhold=True)
+    with Store(url, read_only=True) as store:
+        assert store.artifacts(limit=100) == []
+        assert store.stats()["requests_by_status"].get("ok", 0) >= 1  # the GEMM tuned on its miss
+    assert dropped >= 1 and withheld.artifacts_published == 0 and withheld.misses >= 1, withheld
+
+    published, _ = compile_once(withhold=False)
+    with Store(url, read_only=True) as store:
+        assert len(store.artifacts(limit=100)) == published.artifacts_published >= 1
+    assert published.hits >= 1 and published.misses == 0, published

@@ -122,3 +122,17 @@ def test_the_pass_plans_a_timing_compile_first_and_publishes_last() -> None:
     # CPU: no pointwise tuning, no fusion benchmarks: one compile, as a job's, publishing if signed.
     assert plan_passes(signed, "cpu", False) == [Pass(signed)]
     assert Settings.from_env({"AUTOTUNE_TIME_IN_GRAPH": "0"}).time_in_graph is False
+
+
+def test_the_pass_compiles_again_before_publishing_graphs_with_kernels_untuned() -> None:
+    from autotune.pointwise import Pass, follow_up
+    from autotune.settings import Settings
+
+    timing, publishing = Pass(Settings(), True), Pass(Settings(signing_key="/keys/sweeper"))
+    # A changed winner: a served compile first, publishing nothing, to tune the kernels around it.
+    assert follow_up(timing, verdict_changed=True, withheld=False) == Pass(Settings())
+    assert follow_up(timing, verdict_changed=False, withheld=False) is None
+    # A publishing compile that tuned kernels after compiling them withheld its graphs: once more.
+    again = follow_up(publishing, verdict_changed=False, withheld=True)
+    assert again == Pass(publishing.settings, may_republish=False) and again.publishes
+    assert follow_up(publishing, verdict_changed=False, withheld=False) is None

@@ -35,7 +35,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 # DYNAMIC_DIMS of the stubs: every input dimension the weights do not fix, which is what
 # a job compiling with dynamic=True makes dynamic (README, dynamic shapes). Whisper's
-# encoder checks its 3000 frames in Python, which fixes them.
+# encoder checks its 3000 frames in Python, and torchvision's ViT its 224x224 image
+# (torch._assert), which fixes them: marking them dynamic fails Dynamo's constraints
+# (seen on an H100, run 66).
 IMAGE_DIMS: dict[int, tuple[int, ...]] = {0: (0, 2, 3)}  # batch, height, width
 TOKEN_DIMS: dict[int, tuple[int, ...]] = {0: (0, 1)}  # batch, sequence
 BATCH_DIMS: dict[int, tuple[int, ...]] = {0: (0,)}
@@ -69,7 +71,8 @@ _ENTRIES: tuple[Entry, ...] = (
     Entry("efficientnet_b0", "torchvision", "EfficientNet-B0, 224x224, channels_last", 16, 2),
     Entry("convnext_tiny", "torchvision", "ConvNeXt-T, 224x224, channels_last", 16, 2),
     Entry("swin_t", "torchvision", "Swin-T (windowed attention), 224x224", 8, 2),
-    Entry("vit_b_16", "torchvision", "ViT-B/16 (16x16 stride-16 patch conv), 224x224", 8, 2),
+    Entry("vit_b_16", "torchvision", "ViT-B/16 (16x16 stride-16 patch conv), 224x224", 8, 2,
+          dynamic_dims=BATCH_DIMS),
     Entry("bert", "transformers", "BERT-base (BertConfig()), sequence 128, last_hidden_state", 8, 2,
           dynamic_dims=TOKEN_DIMS),
     Entry("t5", "transformers", "T5-small (T5Config()), encoder 128 + decoder 32 tokens, logits", 8, 2,
