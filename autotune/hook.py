@@ -363,9 +363,9 @@ class ServePolicy:
         """Copy one config Inductor just tuned into the store, without waiting for it."""
         from inductor_glue.env import kernel_config_environment
 
+        self.kernels_tuned += 1
         if self._disabled or not self.settings.write_back or self.settings.read_only:
             return
-        self.kernels_tuned += 1
         env = kernel_config_environment(device)
 
         def put(store: Any) -> None:
@@ -467,7 +467,6 @@ class WarmStart:
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._artifacts = _artifact_seams(policy, trusted, signer)
-        self._withheld = False  # withhold_artifacts() was called
         self.installed = True
 
     def _prepare_kernels(self, policy: ServePolicy, device: str, prewarm: threading.Thread | None) -> None:
@@ -515,11 +514,10 @@ class WarmStart:
         pass, when its graphs were compiled before some of their kernels were tuned: a node
         loading them would tune those kernels again). Data writes go on. Returns how many
         queued artifacts were dropped."""
-        self._withheld = True
         return self._policy.withhold_artifacts()
 
     def _publish_packages(self) -> None:
-        if self._artifacts is not None and not self._withheld:
+        if self._artifacts is not None:
             self._artifacts.publish_packages()  # a refusal counts itself in stats.packages_refused
 
     def uninstall(self) -> None:
