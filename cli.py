@@ -679,6 +679,8 @@ def _verdict_line(verdicts: list[dict[str, Any]]) -> str:
 @click.option("--address", help="Join this Ray cluster instead of starting Ray locally.")
 @click.option("--workers", type=click.IntRange(min=1), help="CPU actors [default: 1].")
 @click.option("--gpus", type=click.IntRange(min=1), help="Use at most N GPUs [default: all].")
+@click.option("--jobs-per-gpu", type=click.IntRange(min=1), help="Requests each GPU works on at once: one "
+              "compiles its candidates while another times them; the timings take turns [default: 4].")
 @click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
 @click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
@@ -688,8 +690,8 @@ def _verdict_line(verdicts: list[dict[str, Any]]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
           batch_sizes: str | None, dynamic: bool, train: bool, device: str | None, address: str | None,
-          workers: int | None, gpus: int | None, request_timeout: float | None, force: bool, dry_run: bool,
-          misses: bool, signing_key: str | None, as_json: bool) -> None:
+          workers: int | None, gpus: int | None, jobs_per_gpu: int | None, request_timeout: float | None,
+          force: bool, dry_run: bool, misses: bool, signing_key: str | None, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
     Several models make one queue: the union of their requests is tuned once. Sweeps
@@ -713,7 +715,8 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
     if not models and not misses:
         raise click.UsageError("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(cache=cache_url, mode=mode, device=device, address=address, workers=workers,
-                         gpus=gpus, request_timeout=request_timeout, signing_key=signing_key)
+                         gpus=gpus, jobs_per_gpu=jobs_per_gpu, request_timeout=request_timeout,
+                         signing_key=signing_key)
     _check_keys(settings)
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,

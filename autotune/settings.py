@@ -63,6 +63,11 @@ class Settings:
     workers: int = 1
     # GPU sweeps: how many GPUs to use (None: every GPU Ray sees).
     gpus: int | None = None
+    # GPU sweeps: requests each GPU works on at once. A request spends most of its time
+    # compiling candidates on the CPU (an H100, torch 2.11: 17 of 18 s for a transformer
+    # GEMM), so one compiles while another benchmarks; the GPU timings themselves take
+    # turns (a lock per GPU, workers/gpu_lock.py).
+    jobs_per_gpu: int = 4
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0
     # Sweeps sharing a database lease each request; a lease not renewed for this long
@@ -128,6 +133,8 @@ class Settings:
             )
         if self.workers < 1:
             raise SettingsError(f"workers={self.workers} must be at least 1 (AUTOTUNE_WORKERS)")
+        if self.jobs_per_gpu < 1:
+            raise SettingsError(f"jobs_per_gpu={self.jobs_per_gpu} must be at least 1 (AUTOTUNE_JOBS_PER_GPU)")
         if self.gpus is not None and self.gpus < 1:
             raise SettingsError(f"gpus={self.gpus} must be at least 1 (AUTOTUNE_GPUS)")
         if self.device not in (None, "cuda", "cpu"):

@@ -280,9 +280,11 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     known (``jobs`` None), so the pool gets every actor the settings allow."""
     from workers.pool import PoolStarter
 
-    # CUDA: --gpus, or None for every GPU Ray sees (counted once Ray is up).
+    # CUDA: --gpus, or None for every GPU Ray sees (counted once Ray is up). CPU benchmarks
+    # would time each other's compiles, so a CPU actor holds one job at a time.
     actors = settings.gpus if device == "cuda" else settings.workers
-    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs)
+    lanes = settings.jobs_per_gpu if device == "cuda" else 1
+    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes)
 
 
 def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:

@@ -16,7 +16,8 @@ Steps (each a fresh process with a fresh SQLite cache and fresh Inductor/Triton 
 
 A step that cannot finish before ``--budget`` seconds (default 570) is skipped and
 recorded as such; results are written after every step, so a cut-off run keeps
-what it measured. Writes ``<out>/sweep_bench_<gpu>.json`` and ``.md``.
+what it measured. ``--resume FILE`` (an earlier run's JSON, on the same machine kind)
+keeps the steps that FILE measured and runs only the rest. Writes ``<out>/sweep_bench_<gpu>.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import datetime as dt
 import json
 import logging
 import shutil
+import socket
+import sqlite3
 import sys
 import tempfile
 import time
@@ -50,12 +53,21 @@ log = logging.getLogger("sweep_bench")
 STEPS = ("cold", "sweep1", "sweep2", "multi")
 
 
+KEEP_CACHES: Path | None = None  # --keep-caches: where each sweep's SQLite cache is copied
+
+
 def sweep(paths: list[str], gpus: int, tmp: Path, timeout: float) -> dict[str, Any]:
-    """One ``autotune sweep`` command: its wall time and the report's phases."""
+    """One ``autotune sweep`` command: its wall time, the report's phases and each request's time."""
     cache_url = f"sqlite:///{tmp / 'cache.db'}"
     cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep", *paths,
            "--cache", cache_url, "--gpus", str(gpus), "--json"]
     done = _run(cmd, _child_env(tmp, cache_url), timeout, None)
+    if KEEP_CACHES is not None and (tmp / "cache.db").exists():
+        KEEP_CACHES.mkdir(parents=True, exist_ok=True)
+        # SQLite's backup, not a file copy: the workers' last writes may still be in the WAL file.
+        target = KEEP_CACHES / f"{'_'.join(Path(p).stem for p in paths)}_{gpus}gpu.db"
+        with sqlite3.connect(tmp / "cache.db") as source, sqlite3.connect(target) as copy:
+            source.backup(copy)
     result: dict[str, Any] = {"gpus": gpus, "wall_s": done.wall_s, "rc": done.rc}
     report = _sweep_payload(done.stdout)
     if report is None or done.rc != 0:
@@ -64,7 +76,9 @@ def sweep(paths: list[str], gpus: int, tmp: Path, timeout: float) -> dict[str, A
     return {**result, "status": "ok", "startup_s": totals["startup_seconds"], "capture_s": totals["capture_seconds"],
             "tuning_s": totals["tuning_seconds"], "pointwise_s": pointwise.get("seconds"),
             "found": totals["found"], "tuned": totals["tuned"], "failed": totals["failed"],
-            "captured": totals.get("captured"), "models": report.get("models")}
+            "captured": totals.get("captured"), "models": report.get("models"),
+            "requests": [{k: r.get(k) for k in ("shapes", "status", "winner", "tuning_seconds", "node")}
+                         for r in report.get("requests") or []]}
 
 
 def cold(name: str, path: str, tmp: Path, timeout: float) -> dict[str, Any]:
@@ -101,9 +115,16 @@ def _f(value: Any, spec: str = ".1f") -> str:
 
 def render(report: dict[str, Any]) -> str:
     info = report["machine"]
-    lines = [f"# Sweep goals: {info.get('gpu')} x{info.get('gpu_count')}", "",
+    where = f"{info.get('gpu')} x{info.get('gpu_count')}" if info.get("gpu") else f"CPU, {info.get('cpu')} (one worker)"
+    lines = [f"# Sweep goals: {where}", "",
              f"Generated {report['date']} by `python benchmarks/sweep_bench.py {report['argv']}`; "
-             f"python {info.get('python')}, torch {info.get('torch')}, triton {info.get('triton')}.", "",
+             f"python {info.get('python')}, torch {info.get('torch')}, triton {info.get('triton')}."]
+    for earlier in report.get("resumed") or []:
+        machine = earlier.get("machine") or {}
+        lines.append(f"Resumed from a run of {earlier.get('date')} (`{earlier.get('argv')}`, {machine.get('gpu')} "
+                     f"x{machine.get('gpu_count')}, host {earlier.get('host', '-')}; this run's host: "
+                     f"{report.get('host')}): its steps are kept.")
+    lines += ["",
              "| model | cold s | sweep 1 GPU s | vs cold (< 0.6) | start-up | capture | GEMM tuning | pointwise "
              "| sweep 2 GPUs s | eff. 2 (>= 0.9) | serial | pred. eff. 4 / 8 |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -141,7 +162,11 @@ def main() -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"any of {', '.join(STEPS)}")
     parser.add_argument("--out", required=True, help="directory for the results")
     parser.add_argument("--budget", type=float, default=570.0, help="seconds for the whole run (default 570)")
+    parser.add_argument("--resume", default=None, help="an earlier run's JSON: keep what it measured")
+    parser.add_argument("--keep-caches", default=None, help="copy each sweep's SQLite cache into this directory")
     args = parser.parse_args()
+    global KEEP_CACHES
+    KEEP_CACHES = Path(args.keep_caches) if args.keep_caches else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     steps = {s.strip() for s in args.steps.split(",") if s.strip()}
     budget = Budget(args.budget)
@@ -151,13 +176,23 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"sweep_bench_{slug(info.get('gpu') or 'cpu')}"
-    report: dict[str, Any] = {"machine": info, "argv": " ".join(sys.argv[1:]), "models": {}, "skipped": [],
+    report: dict[str, Any] = {"machine": info, "host": socket.gethostname(), "argv": " ".join(sys.argv[1:]),
+                              "models": {}, "skipped": [],
                               "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()}
 
     def save() -> None:
         derive(report)
         (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
         (out / f"{stem}.md").write_text(render(report))
+
+    if args.resume and Path(args.resume).exists():
+        earlier = json.loads(Path(args.resume).read_text())
+        report["models"] = earlier.get("models") or {}
+        report["resumed"] = [{"date": earlier.get("date"), "argv": earlier.get("argv"), "host": earlier.get("host"),
+                              "machine": earlier.get("machine")}, *(earlier.get("resumed") or [])]
+
+    def measured(name: str, key: str) -> bool:
+        return ((report["models"].get(name) or {}).get(key) or {}).get("status") == "ok"
 
     def step(label: str, fn: Any, *fn_args: Any) -> dict[str, Any] | None:
         if budget.left() < 30:
@@ -178,16 +213,16 @@ def main() -> int:
     for name in names:
         path = MODELS.get(name, name)
         entry = report["models"].setdefault(name, {})
-        if "cold" in steps:
+        if "cold" in steps and not measured(name, "cold"):
             entry["cold"] = step(f"{name} max-autotune cold", cold, name, path)
-        if "sweep1" in steps or ("multi" in steps and name in multi):
+        if ("sweep1" in steps or ("multi" in steps and name in multi)) and not measured(name, "sweep1"):
             entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [path], 1)
-        if "sweep2" in steps and gpus >= 2:
+        if "sweep2" in steps and gpus >= 2 and not measured(name, "sweep2"):
             entry["sweep2"] = step(f"{name} sweep 2 GPUs", sweep, [path], 2)
     if "multi" in steps:
         for name in multi:  # the single sweeps the three-model sweep is compared with
             entry = report["models"].setdefault(name, {})
-            if not entry.get("sweep1"):
+            if not measured(name, "sweep1"):
                 entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [MODELS.get(name, name)], 1)
         result = step("three models at once", sweep, [MODELS.get(n, n) for n in multi], 1)
         if result is not None:

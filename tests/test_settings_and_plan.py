@@ -24,12 +24,15 @@ def test_settings_read_environment_and_flags_win() -> None:
     assert (settings.cache, settings.workers, settings.write_back) == ("sqlite:///x.db", 3, False)
     assert Settings.from_env(env, workers=5, cache="postgresql://h/db").workers == 5
     assert Settings.from_env(env, cache=None).cache == "sqlite:///x.db"  # None means "not given"
+    assert Settings.from_env({"AUTOTUNE_JOBS_PER_GPU": "2"}).jobs_per_gpu == 2
+    assert Settings.from_env({"AUTOTUNE_JOBS_PER_GPU": "2"}, jobs_per_gpu=6).jobs_per_gpu == 6
 
 
 @pytest.mark.parametrize(
     ("name", "value", "needle"),
     [("AUTOTUNE_WORKERS", "many", "AUTOTUNE_WORKERS"), ("AUTOTUNE_READ_ONLY", "maybe", "boolean"),
-     ("AUTOTUNE_ON_MISS", "panic", "on_miss"), ("AUTOTUNE_DEVICE", "tpu", "device")],
+     ("AUTOTUNE_ON_MISS", "panic", "on_miss"), ("AUTOTUNE_DEVICE", "tpu", "device"),
+     ("AUTOTUNE_JOBS_PER_GPU", "0", "AUTOTUNE_JOBS_PER_GPU")],
 )
 def test_settings_fail_loudly_on_bad_environment(name: str, value: str, needle: str) -> None:
     with pytest.raises(SettingsError, match=needle):

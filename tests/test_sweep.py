@@ -109,3 +109,26 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
     assert (report.captured, report.found, report.count("planned")) == (4, 2, 2), _debug(report)
     assert [m.new for m in report.models] == [2, 0]
     assert report.to_json()["totals"]["deduplicated"] == 2
+
+
+def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
+    comes back first (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
+    from inductor_glue.capture import capture_model
+    from inductor_glue.modelfile import load_model_file
+    from workers.jobs import TuneJob
+    from workers.pool import ListSource, TuningPool
+
+    model = load_model_file(TINY)
+    captured = capture_model(model, device="cpu")
+    stuck, free = (TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests)
+    monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
+    pool = TuningPool(None, "cpu", actors=1, timeout=25.0, lanes=2)
+    try:
+        pool.warm()
+        results = list(pool.run(ListSource([stuck, free])))
+    finally:
+        pool.shutdown()
+    assert len(pool.slots) == 2
+    assert [r.request.key for r in results] == [free.request.key, stuck.request.key]
+    assert results[0].status == "ok" and results[1].status == "failed" and "timeout" in (results[1].error or "")

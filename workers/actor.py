@@ -1,16 +1,23 @@
-"""The Ray actor: one per GPU (or ``--workers N`` on CPU), tuning one request at a time.
+"""The Ray actor: one per GPU (or ``--workers N`` on CPU), tuning ``lanes`` requests at once.
 
 The actor hands each job to a long-lived child process (see ``child.py``), so a
 request costs a compile, not an interpreter start; each request still runs in
 fresh Inductor state and cache dirs (see ``tune_request``). A job that crashes
 or hangs the child becomes a failed result and the next job gets a new child.
+With several lanes (a threaded actor, one call per lane at a time) each lane has
+a child of its own: while one child compiles its request's candidates on the
+CPU, another times its own on the GPU; the GPU timings take turns
+(``gpu_lock.py``), so no candidate is timed beside another's kernels.
 The actor stores every result the moment it has it, so an interrupted sweep
 resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -20,16 +27,29 @@ log = logging.getLogger(__name__)
 class TuningWorker:
     """Tunes jobs (plain JSON) and stores each result at once."""
 
-    def __init__(self, store: Any | None, device: str, timeout: float = 600.0) -> None:
+    def __init__(self, store: Any | None, device: str, timeout: float = 600.0, lanes: int = 1) -> None:
         from .child import ChildTuner
 
         self.store = store
         self.device = device
-        self.child = ChildTuner(timeout)
+        self.timeout = timeout
+        # Each call takes a child that no other call holds, and gives it back.
+        self.children: queue.SimpleQueue[ChildTuner] = queue.SimpleQueue()
+        for _ in range(max(1, lanes)):
+            self.children.put(ChildTuner(timeout))
         logging.basicConfig(level=logging.WARNING)
 
+    @contextlib.contextmanager
+    def _child(self) -> Iterator[Any]:
+        child = self.children.get()
+        try:
+            yield child
+        finally:
+            self.children.put(child)
+
     def warm(self) -> dict[str, Any]:
-        """Start and warm the child before any job arrives (the pool calls this at creation).
+        """Start and warm one child before any job arrives (the pool calls this once per
+        lane at creation, so the lanes' children start side by side).
 
         Never raises: a child that dies here is replaced by the first job, as before.
         """
@@ -37,11 +57,12 @@ class TuningWorker:
 
         self._open_store()
         node = _node_id()
-        try:
-            return {"ok": True, "seconds": self.child.warm(self.device), "node": node}
-        except ChildDied as died:
-            log.warning("warming the tuning process failed: %s", died)
-            return {"ok": False, "error": str(died), "node": node}
+        with self._child() as child:
+            try:
+                return {"ok": True, "seconds": child.warm(self.device), "node": node}
+            except ChildDied as died:
+                log.warning("warming the tuning process failed: %s", died)
+                return {"ok": False, "error": str(died), "node": node}
 
     def _open_store(self) -> None:
         """Connect and check the schema now, while the sweep captures, not at the first write."""
@@ -59,10 +80,11 @@ class TuningWorker:
         from .jobs import TuneJob, failed_result
 
         job = TuneJob.from_json(job_json)
-        try:
-            result = TuningResult.from_json(self.child.tune(job_json))
-        except ChildDied as died:
-            result = failed_result(job, str(died), died.kind, self.child.timeout)
+        with self._child() as child:
+            try:
+                result = TuningResult.from_json(child.tune(job_json))
+            except ChildDied as died:
+                result = failed_result(job, str(died), died.kind, self.timeout)
         reply = result.to_json()
         if self.store is not None:
             error = store_result(self.store, result)

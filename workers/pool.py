@@ -1,8 +1,10 @@
 """Run tuning jobs on Ray actors and stream results back as they finish.
 
 Like kernel_tuner's parallel runner: one actor per GPU (``num_gpus=1``, so each
-sees its GPU as device 0), or ``workers`` actors on CPU. Each actor holds one job
-at a time. A job that crashes or hangs its tuning child comes back from the actor
+sees its GPU as device 0), or ``workers`` actors on CPU. A CPU actor holds one job
+at a time; a GPU actor holds ``lanes`` (``--jobs-per-gpu``), each in a tuning child
+of its own, so that one request compiles its candidates on the CPU while another's
+are timed on the GPU (the timings take turns: workers/gpu_lock.py). A job that crashes or hangs its tuning child comes back from the actor
 as a failed result. Should the actor itself die (its node lost), the job goes back
 to the queue for another actor (at most MAX_JOB_RETRIES times), and Ray restarts
 the actor wherever there is room; one that stops answering is killed after the
@@ -121,7 +123,7 @@ class TuningPool:
     warmed again once Ray has restarted it, wherever there is room.
     """
 
-    def __init__(self, store: Any | None, device: str, actors: int, timeout: float) -> None:
+    def __init__(self, store: Any | None, device: str, actors: int, timeout: float, lanes: int = 1) -> None:
         import ray
 
         if device == "cuda":
@@ -130,7 +132,9 @@ class TuningPool:
                 raise WorkerError("no GPU in the Ray cluster; run on a GPU host, join a GPU cluster "
                                   "with --address, or pass --device cpu")
             actors = min(actors, available)
-        options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0}
+        lanes = max(1, lanes)  # the sweep gives CPU actors one: CPU timings would disturb each other
+        # A threaded actor: its lanes' calls run at once, each in a child of its own.
+        options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": lanes}
         options.update({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1})
         # The fault-injection knob (tests) must reach the actor and its child.
         if FAULT_ENV in os.environ:
@@ -140,7 +144,8 @@ class TuningPool:
         self.timeout = timeout
         self.store = store
         # The actor's child enforces the per-request timeout; the driver's is a backstop.
-        self.slots = [_Slot(cls.remote(store, device, timeout)) for _ in range(actors)]
+        handles = [cls.remote(store, device, timeout, lanes) for _ in range(actors)]
+        self.slots = [_Slot(actor) for actor in handles for _ in range(lanes)]  # a slot per lane
         self.placements: dict[str, str | None] = {}  # request key -> node id of the actor that tuned it
         self._attempts: dict[str, int] = {}
         self.requeued = 0  # jobs given back after their actor was lost
@@ -296,9 +301,9 @@ class TuningPool:
     def shutdown(self) -> None:
         import ray
 
-        for slot in self.slots:
+        for actor in {id(slot.actor): slot.actor for slot in self.slots}.values():
             try:
-                ray.kill(slot.actor, no_restart=True)
+                ray.kill(actor, no_restart=True)
             except Exception:
                 pass
 
@@ -326,9 +331,10 @@ class PoolStarter:
     """
 
     def __init__(self, address: str | None, store: Any | None, device: str, actors: int | None,
-                 timeout: float, began: float | None = None, most: int | None = None) -> None:
-        # actors: None for one per GPU that Ray sees; most: the job count, where known.
-        self._args = (address, store, device, actors, most, timeout)
+                 timeout: float, began: float | None = None, most: int | None = None, lanes: int = 1) -> None:
+        # actors: None for one per GPU that Ray sees; most: the job count, where known;
+        # lanes: jobs per GPU actor at once.
+        self._args = (address, store, device, actors, most, timeout, lanes)
         self._began = time.perf_counter() if began is None else began
         self._pool: TuningPool | None = None
         self._error: BaseException | None = None
@@ -340,12 +346,14 @@ class PoolStarter:
         threading.Thread(target=self._run, name="autotune-pool-start", daemon=True).start()
 
     def _run(self) -> None:
-        address, store, device, actors, most, timeout = self._args
+        address, store, device, actors, most, timeout, lanes = self._args
         owns_ray = False
         try:
             owns_ray = start_ray(address)
             wanted = actors or gpu_count()
-            self._pool = TuningPool(store, device, max(1, min(wanted, most or wanted)), timeout)
+            count = max(1, min(wanted, most or wanted))
+            lanes = max(1, min(lanes, -(-most // count))) if most else lanes  # no lane left idle for sure
+            self._pool = TuningPool(store, device, count, timeout, lanes)
             self._pool.warm()
         except BaseException as exc:  # handed to the caller's thread by pool()
             self._error = exc
