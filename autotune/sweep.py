@@ -484,7 +484,8 @@ class _Sweep:
             self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs)
         assert self.dispatcher is not None and self.starter is not None
         where = f" at {self.settings.address}" if self.settings.address else " locally"
-        self.progress.stage(f"tuning {len(self.queue)} request(s) on Ray{where}")
+        lanes = f", {self.settings.jobs_per_gpu} at once per GPU" if self.device == "cuda" else ""
+        self.progress.stage(f"tuning {len(self.queue)} request(s) on Ray{where}{lanes}")
         pool = self.starter.pool()  # waits for the start if it is still going; raises its WorkerError
         kind = "GPU" if self.device == "cuda" else "CPU"
         self.progress.start(len(self.queue), f"tuning on {max(1, min(len(pool.slots), len(self.queue)))} "
