@@ -28,6 +28,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -57,9 +58,15 @@ def _ray_command() -> str:
 
 
 class Cluster:
-    """``nodes`` Ray nodes on this host, token auth on; stop() ends them all."""
+    """``nodes`` Ray nodes on this host, token auth on; stop() ends them all.
 
-    def __init__(self, nodes: int, gpus_per_node: int, cpus_per_node: int, logs: Path) -> None:
+    ``env`` is what a host that joins needs (RAY_AUTH_MODE=token and the token's path);
+    ``node_env`` is added to the nodes' own environment (tests shorten Ray's health checks).
+    tests/test_cluster.py runs its cluster through this class too.
+    """
+
+    def __init__(self, nodes: int, gpus_per_node: int, cpus_per_node: int, logs: Path,
+                 node_env: dict[str, str] | None = None) -> None:
         self.temp = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # Ray's socket paths must stay short
         token = self.temp / "token"
         token.write_text(secrets.token_hex(32))
@@ -68,16 +75,21 @@ class Cluster:
                         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
         self.address = f"127.0.0.1:{_free_port()}"
         self.logs = logs
+        self.node_env = dict(node_env or {})
         self.procs: list[subprocess.Popen[bytes]] = []
         self.commands: list[str] = []
-        for index in range(nodes):
-            args = ["--head", "--port", self.address.rsplit(":", 1)[1], "--include-dashboard", "false",
-                    "--temp-dir", str(self.temp / "ray")] if index == 0 else ["--address", self.address]
-            self._start(index, gpus_per_node, cpus_per_node, args)
-            self.wait_nodes(index + 1, 90)
+        try:
+            for index in range(nodes):
+                args = ["--head", "--port", self.address.rsplit(":", 1)[1], "--include-dashboard", "false",
+                        "--temp-dir", str(self.temp / "ray")] if index == 0 else ["--address", self.address]
+                self._start(index, gpus_per_node, cpus_per_node, args)
+                self.wait_nodes(index + 1, 90)
+        except BaseException:
+            self.stop()
+            raise
 
     def _start(self, index: int, gpus: int, cpus: int, args: list[str]) -> None:
-        env = dict(self.env)
+        env = {**self.env, **self.node_env}
         resources = ["--num-cpus", str(cpus), "--resources", json.dumps({f"node{index}": 1})]
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus + g) for g in range(gpus))
@@ -104,20 +116,23 @@ class Cluster:
                 raise RuntimeError(f"the Ray cluster did not reach {count} live nodes in {seconds:.0f} s")
             time.sleep(1)
 
-    def stop(self) -> None:
-        import signal
-
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in self.procs:
+    def kill(self, index: int, sig: int = signal.SIGTERM) -> None:
+        """End node ``index`` as a whole (its raylet and workers: its own session)."""
+        proc = self.procs[index]
+        if proc.poll() is None:
             try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop(self) -> None:
+        for index in reversed(range(len(self.procs))):
+            self.kill(index)
         shutil.rmtree(self.temp, ignore_errors=True)
 
 

@@ -79,21 +79,9 @@ def run_jobs(jobs: list[dict[str, Any]], device: str, phases_path: Path, label: 
     """Tune ``jobs`` in order in one fresh child; each job's wall time and phases."""
     from workers import child
 
-    child_cmd = [sys.executable, str(Path(__file__).resolve()), "--child"]
     os.environ[PHASES_ENV] = str(phases_path)
-    tuner = child.ChildTuner(600.0)
-    original_start = tuner._start
-
-    def start_diag_child() -> None:  # the same pipe protocol, with the timers installed
-        import subprocess
-
-        read_fd, write_fd = os.pipe()
-        tuner.proc = subprocess.Popen([*child_cmd, str(write_fd)], stdin=subprocess.PIPE, pass_fds=(write_fd,),
-                                      env=child.clean_environment())
-        os.close(write_fd)
-        tuner.results = os.fdopen(read_fd, "rb")
-
-    tuner._start = start_diag_child  # type: ignore[method-assign]
+    # The same child and pipe protocol, started through this file so the timers are installed.
+    tuner = child.ChildTuner(600.0, command=[sys.executable, str(Path(__file__).resolve()), "--child"])
     rows = []
     try:
         started = time.perf_counter()
@@ -116,7 +104,6 @@ def run_jobs(jobs: list[dict[str, Any]], device: str, phases_path: Path, label: 
             log.info("%s: %s %.1f s %s", label, rows[-1]["job"], wall, summary)
     finally:
         tuner.close()
-        del original_start
     return rows
 
 

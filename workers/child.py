@@ -49,15 +49,17 @@ class ChildDied(Exception):
 class ChildTuner:
     """Owns one child process; restarts it after a crash or a timeout."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, command: list[str] | None = None) -> None:
         self.timeout = timeout
+        # The child's command line, before its result descriptor (benchmarks run a wrapped child).
+        self.command = command or [sys.executable, "-m", "workers.child"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.results: IO[bytes] | None = None
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.child", str(write_fd)],
+            [*self.command, str(write_fd)],
             stdin=subprocess.PIPE,
             pass_fds=(write_fd,),
             env=clean_environment(),
