@@ -13,7 +13,7 @@ cluster of ``--nodes`` nodes, each its own ``ray start`` with its own GPU
    so their sum must equal the number of distinct requests stored.
 
     python benchmarks/cluster_run.py --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \\
-        --models examples/mlp.py --concurrent 'examples/mlp.py;examples/mlp.py,tests/models/tiny.py'
+        --models examples/mlp.py --concurrent 'examples/mlp.py,tests/models/tiny_mlp.py;tests/models/tiny_mlp.py'
 
 On a GPU host, ``--gpus-per-node 1`` gives node i the GPU i. Writes
 ``<out>/cluster_<gpu or cpu>.json`` and ``.md``, and each command's log under ``<out>/logs``.

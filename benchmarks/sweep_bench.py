@@ -53,19 +53,17 @@ log = logging.getLogger("sweep_bench")
 STEPS = ("cold", "sweep1", "sweep2", "multi")
 
 
-KEEP_CACHES: Path | None = None  # --keep-caches: where each sweep's SQLite cache is copied
-
-
-def sweep(paths: list[str], gpus: int, tmp: Path, timeout: float) -> dict[str, Any]:
-    """One ``autotune sweep`` command: its wall time, the report's phases and each request's time."""
+def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: float) -> dict[str, Any]:
+    """One ``autotune sweep`` command: its wall time, the report's phases and each request's time
+    (``keep``: a directory where its SQLite cache is copied, for --keep-caches)."""
     cache_url = f"sqlite:///{tmp / 'cache.db'}"
     cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep", *paths,
            "--cache", cache_url, "--gpus", str(gpus), "--json"]
     done = _run(cmd, _child_env(tmp, cache_url), timeout, None)
-    if KEEP_CACHES is not None and (tmp / "cache.db").exists():
-        KEEP_CACHES.mkdir(parents=True, exist_ok=True)
+    if keep is not None and (tmp / "cache.db").exists():
+        keep.mkdir(parents=True, exist_ok=True)
         # SQLite's backup, not a file copy: the workers' last writes may still be in the WAL file.
-        target = KEEP_CACHES / f"{'_'.join(Path(p).stem for p in paths)}_{gpus}gpu.db"
+        target = keep / f"{'_'.join(Path(p).stem for p in paths)}_{gpus}gpu.db"
         with sqlite3.connect(tmp / "cache.db") as source, sqlite3.connect(target) as copy:
             source.backup(copy)
     result: dict[str, Any] = {"gpus": gpus, "wall_s": done.wall_s, "rc": done.rc}
@@ -165,8 +163,7 @@ def main() -> int:
     parser.add_argument("--resume", default=None, help="an earlier run's JSON: keep what it measured")
     parser.add_argument("--keep-caches", default=None, help="copy each sweep's SQLite cache into this directory")
     args = parser.parse_args()
-    global KEEP_CACHES
-    KEEP_CACHES = Path(args.keep_caches) if args.keep_caches else None
+    keep = Path(args.keep_caches) if args.keep_caches else None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     steps = {s.strip() for s in args.steps.split(",") if s.strip()}
     budget = Budget(args.budget)
@@ -216,15 +213,15 @@ def main() -> int:
         if "cold" in steps and not measured(name, "cold"):
             entry["cold"] = step(f"{name} max-autotune cold", cold, name, path)
         if ("sweep1" in steps or ("multi" in steps and name in multi)) and not measured(name, "sweep1"):
-            entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [path], 1)
+            entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [path], 1, keep)
         if "sweep2" in steps and gpus >= 2 and not measured(name, "sweep2"):
-            entry["sweep2"] = step(f"{name} sweep 2 GPUs", sweep, [path], 2)
+            entry["sweep2"] = step(f"{name} sweep 2 GPUs", sweep, [path], 2, keep)
     if "multi" in steps:
         for name in multi:  # the single sweeps the three-model sweep is compared with
             entry = report["models"].setdefault(name, {})
             if not measured(name, "sweep1"):
-                entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [MODELS.get(name, name)], 1)
-        result = step("three models at once", sweep, [MODELS.get(n, n) for n in multi], 1)
+                entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [MODELS.get(name, name)], 1, keep)
+        result = step("three models at once", sweep, [MODELS.get(n, n) for n in multi], 1, keep)
         if result is not None:
             report["multi"] = {**result, "names": multi}
     save()

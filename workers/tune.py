@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
-from inductor_glue.pinning import PIN_KEY, Pin, fastest_template
+from inductor_glue.pinning import fastest_template
 from inductor_glue.timing import kernel_bound_timing
 from inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
     Timings,
     choice_hash,
+    choice_kind,
     describe_choice,
     installed,
 )
@@ -89,16 +90,11 @@ class TunePolicy:
     seen: dict[str, ObservedRequest] = field(default_factory=dict)
     times: dict[str, dict[str, tuple[Any, float]]] = field(default_factory=dict)
     env: Environment | None = None
-    # Check this one candidate instead of tuning: only its config is generated, and it is
-    # served without timing anything (``served`` says whether it was offered).
-    serve_only: CandidateResult | None = None
-    served: bool = False
     # Request key -> the fastest Triton config, which the graph ran in place of an ATen
     # winner so that one compile checks both (see ``_stand_in``).
     stand_ins: dict[str, str] = field(default_factory=dict)
-
-    def allow_template(self, pin: Pin) -> bool:
-        return self.serve_only is None or pin.key == self.serve_only.params.get(PIN_KEY)
+    # Choice hash -> why it broke the compile it stood in for: never chosen again.
+    unrunnable: dict[str, str] = field(default_factory=dict)
 
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
@@ -111,10 +107,6 @@ class TunePolicy:
         self.seen[key] = request
         if benchmark is None:
             return {}  # the precompile check: let Inductor compile the candidates in parallel
-        if self.serve_only is not None:
-            wanted = self.serve_only.choice_hash
-            self.served = self.served or any(choice_hash(c) == wanted for c in choices)
-            return {c: (0.0 if choice_hash(c) == wanted else math.inf) for c in choices}
         # Kernel-bound: what a job's graph pays, not this process's launches; in turn with the
         # other children timing on this GPU.
         with gpu_timing_turn(self.device), kernel_bound_timing(self.device):
@@ -122,7 +114,8 @@ class TunePolicy:
         bucket = self.times.setdefault(key, {})
         for choice, ms in timings.items():
             bucket[choice_hash(choice)] = (choice, float(ms))
-        allowed = {c: (math.inf if choice_hash(c) in self.excluded else t) for c, t in timings.items()}
+        barred = self.excluded | set(self.unrunnable)
+        allowed = {c: (math.inf if choice_hash(c) in barred else t) for c, t in timings.items()}
         stand_in = _stand_in(allowed)
         if stand_in is None:
             return allowed
@@ -139,7 +132,7 @@ def _stand_in(timings: dict[Any, float]) -> Any | None:
     compile; a second compile serving it alone cost ~9 s per request on an H100.
     """
     finite = {c: t for c, t in timings.items() if math.isfinite(t)}
-    if not finite or describe_choice(min(finite, key=finite.__getitem__), 0.0).kind != "aten":
+    if not finite or choice_kind(min(finite, key=finite.__getitem__)) != "aten":
         return None
     described = {choice_hash(c): c for c in finite}
     fastest = fastest_template([describe_choice(c, t) for c, t in finite.items()])
@@ -152,6 +145,9 @@ def _candidates(policy: TunePolicy, key: str, failures: list[str]) -> list[Candi
     out = []
     for choice in observed.offered:
         h = choice_hash(choice)
+        if h in policy.unrunnable:
+            out.append(describe_choice(choice, None, "compile_error", policy.unrunnable[h]))
+            continue
         if h in policy.excluded:
             ms = timed.get(h, (choice, None))[1]
             out.append(describe_choice(choice, None, "wrong_numerics",
@@ -198,33 +194,30 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
     return graph, output
 
 
-def _check_fastest_template(job: TuneJob, candidates: list[CandidateResult],
-                            validation: dict[str, Any]) -> list[CandidateResult]:
-    """ATen won and the graph did not run the fastest template in its place: check the
-    fastest pinnable Triton config alone, in a compile that generates and serves only it."""
-    fastest = fastest_template(candidates)
-    if fastest is None:
-        return candidates
-    policy = TunePolicy(device=job.device, serve_only=fastest)
-    try:
-        graph, output = _compile_and_run(job, policy)
-        check = _check_numerics(graph, output, job.request) if policy.served else None
-    except Exception as exc:  # the ATen winner stands; this candidate stays unchecked
-        log.warning("checking %s of %s failed: %s", fastest.name, job.request.op, exc)
-        check = None
-    return _with_template_check(candidates, fastest, check, validation)
+def _compile_and_run_standing_in(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
+    """``_compile_and_run``; a template that ran alone (it was timed) but breaks the compile
+    it stands in for is recorded as failed, and the compile runs again without it, so an
+    ATen winner is never lost to it. Each retry bars one more template, so this ends."""
+    while True:
+        try:
+            return _compile_and_run(job, policy)
+        except Exception as exc:
+            stand_in = policy.stand_ins.pop(job.request.key, None)
+            if stand_in is None:
+                raise
+            log.warning("the fastest template of %s failed in ATen's place: %s", job.request.op, exc)
+            policy.unrunnable[stand_in] = f"failed in the graph in ATen's place: {type(exc).__name__}: {exc}"[:2000]
 
 
 def _with_template_check(candidates: list[CandidateResult], fastest: CandidateResult,
-                         check: dict[str, Any] | None, validation: dict[str, Any]) -> list[CandidateResult]:
-    """Record the fastest template's check. One that fails it, or that could not be
-    checked, is recorded as failed, so no pass or job ever chooses it."""
-    validation["fastest_template"] = {"name": fastest.name, **(check or {"passed": False, "checked": False})}
-    if check is not None and check["passed"]:
+                         check: dict[str, Any], validation: dict[str, Any]) -> list[CandidateResult]:
+    """Record the fastest template's check; one that fails it is recorded as failed, so no
+    pass or job ever chooses it."""
+    validation["fastest_template"] = {"name": fastest.name, **check}
+    if check["passed"]:
         return candidates
-    why = ("output differs from ATen" if check is not None else "could not be checked alone")
-    failed = dataclasses.replace(fastest, time_ms=None, failure_kind="wrong_numerics" if check is not None else "compile_error",
-                                 failure_message=f"{why} (it ran in {fastest.time_ms} ms)")
+    failed = dataclasses.replace(fastest, time_ms=None, failure_kind="wrong_numerics",
+                                 failure_message=f"output differs from ATen (it ran in {fastest.time_ms} ms)")
     return [failed if c is fastest else c for c in candidates]
 
 
@@ -313,7 +306,7 @@ def tune_request(job: TuneJob) -> TuningResult:
     policy = TunePolicy(device=job.device)
     try:
         for _attempt in range(MAX_WINNER_RETRIES + 1):
-            graph, output = _compile_and_run(job, policy)
+            graph, output = _compile_and_run_standing_in(job, policy)
             problem = _mismatch(job, policy)
             env = policy.env or fallback_env
             if problem is not None:
@@ -324,18 +317,16 @@ def tune_request(job: TuneJob) -> TuningResult:
             if not timed:
                 return _result(job, env, candidates, STATUS_FAILED, started, error="every candidate failed")
             winner = min(timed, key=lambda c: c.time_ms or math.inf)
-            stand_in = next((c for c in candidates if c.choice_hash == policy.stand_ins.get(key)), None)
-            ran_stand_in = winner.kind == "aten" and stand_in is not None
-            # With a stand-in, the graph's output is the template's: ATen's comes from eager mode.
-            validation = _check_numerics(graph, _eager_output(graph) if ran_stand_in else output, job.request)
+            # An ATen win with a template that ran in its place (``_stand_in``): the graph's
+            # output is the template's, and ATen's comes from eager mode.
+            stand_in = next((c for c in candidates if c.choice_hash == policy.stand_ins.get(key)), None) \
+                if winner.kind == "aten" else None
+            validation = _check_numerics(graph, output if stand_in is None else _eager_output(graph), job.request)
             validation["winner"] = winner.name
             if validation["passed"]:
-                if ran_stand_in:
-                    assert stand_in is not None
+                if stand_in is not None:
                     check = _check_numerics(graph, output, job.request)
                     candidates = _with_template_check(candidates, stand_in, check, validation)
-                elif winner.kind == "aten":
-                    candidates = _check_fastest_template(job, candidates, validation)
                 return _result(job, env, candidates, STATUS_OK, started, winner=winner.choice_hash,
                                validation=validation, request=_with_every_candidate(job.request, candidates))
             log.warning("winner %s of %s gave wrong numbers (%s); trying the next best",
