@@ -776,7 +776,7 @@ def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str 
 
 def _check_keys(settings: Settings) -> None:
     """Load the key files the settings name now: a bad one is one line and exit 2, before any work."""
-    from autotune.hook import load_keys
+    from autotune.settings import load_keys
     from cache.signing import KeyFileError
 
     try:

@@ -22,7 +22,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from cache import signing
 from cache.records import (
     STATUS_OK,
     Environment,
@@ -45,7 +44,7 @@ from cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 
 from inductor_glue.pinning import Pin, PinIndex
 from .plan import shape_summary
-from .settings import Settings
+from .settings import Settings, load_keys
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactSeams
@@ -611,15 +610,6 @@ def _install(settings: Settings, *, time_in_graph: bool = False, defer_writes: b
     policy = ServePolicy(settings, time_in_graph=time_in_graph, defer_writes=defer_writes)
     _active = WarmStart(policy, trusted, signer)
     return _active
-
-
-def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:
-    """The keys the settings name (KeyFileError for a bad file); none when artifacts are off."""
-    if not settings.artifacts:
-        return NO_TRUSTED_KEYS, None
-    trusted = signing.load_trusted(settings.trusted_keys) if settings.trusted_keys else NO_TRUSTED_KEYS
-    signer = signing.load_signer(settings.signing_key) if settings.signing_key else None
-    return trusted, signer
 
 
 def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | None) -> ArtifactSeams | None:

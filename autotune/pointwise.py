@@ -51,6 +51,14 @@ class PointwiseReport:
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)  # GEMMs timed in the graph (in_graph.py)
+    # Each compile's kind and seconds, in order (where the pass's time goes).
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[dict[str, float]] = field(default_factory=list)  # per compile: longest_phases
+    # The process's own start (imports, CUDA, the model), then its wait for the word to go:
+    # a wait near 0 means the pass was not ready when the GEMMs were.
+    startup_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    ready_at: float | None = None  # epoch seconds when the process was ready (startup_seconds from it)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -140,8 +148,12 @@ def tune_pointwise(
             passes = plan_passes(settings, device, time_in_graph)
             while passes:
                 current = passes.pop(0)
+                began = time.perf_counter()
                 stats, withheld = _compile_once(model, current, batch_size, mode, inductor_config, train,
                                                 device, report)
+                report.passes.append({"batch_size": batch_size, "time_in_graph": current.time_in_graph,
+                                      "publishes": current.publishes, "kernels_tuned": stats.kernel_configs_saved,
+                                      "seconds": round(time.perf_counter() - began, 3)})
                 after = follow_up(current, any(v["changed"] for v in stats.verdicts), withheld)
                 if after is not None:
                     report.republished += int(withheld)
@@ -169,6 +181,7 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     withheld = False
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,
                                                         time_in_graph=current.time_in_graph) as handle:
+        before = compile_phase_totals()
         try:
             _run_end_to_end(model, module, inputs, mode, train, device)
             if device == "cuda":
@@ -181,7 +194,24 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
         finally:  # what a failed pass did store still counts
             handle.flush()
             report.add(handle.stats)
+            report.phases.append(longest_phases(before, compile_phase_totals()))
     return handle.stats, withheld
+
+
+def compile_phase_totals() -> dict[str, float]:
+    """Seconds so far in each phase torch times (``dynamo_timed``: tracing, lowering,
+    codegen, async compiles, runtime autotuning), summed over calls."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: sum(times) for name, times in compilation_time_metrics.items()}
+
+
+def longest_phases(before: dict[str, float], after: dict[str, float], top: int = 15) -> dict[str, float]:
+    """The ``top`` phases that took longest between two ``compile_phase_totals`` (nested
+    phases each count in full, so they overlap; they show where time went, not a sum)."""
+    spent = {name: seconds - before.get(name, 0.0) for name, seconds in after.items()}
+    longest = sorted(((name, round(s, 3)) for name, s in spent.items() if s >= 0.05), key=lambda item: -item[1])
+    return dict(longest[:top])
 
 
 def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode: str, train: bool,
@@ -262,6 +292,11 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts
+        merged.passes += report.passes
+        merged.phases += report.phases
+    # The lane that was ready last, and waited least, says whether start-up held the pass up.
+    merged.startup_seconds = max((r.startup_seconds for r in reports), default=0.0)
+    merged.idle_seconds = min((r.idle_seconds for r in reports), default=0.0)
     errors = [r.error for r in reports if r.error]
     merged.error = "; ".join(errors) if errors else None
     return merged
@@ -340,6 +375,7 @@ class PointwiseProcess:
         env = clean_environment()
         if spec.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = spec.gpu
+        self.spawned_at = time.time()
         self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
@@ -356,7 +392,10 @@ class PointwiseProcess:
             return PointwiseReport(error=f"the process died: {exc}", seconds=time.perf_counter() - started)
         for line in reversed(stdout.splitlines()):
             if line.startswith(_RESULT):
-                return PointwiseReport(**json.loads(line[len(_RESULT):]))
+                report = PointwiseReport(**json.loads(line[len(_RESULT):]))
+                if report.ready_at is not None:
+                    report.startup_seconds = round(report.ready_at - self.spawned_at, 3)
+                return report
         return PointwiseReport(error=f"the process exited {self.proc.returncode} without a report",
                                seconds=time.perf_counter() - started)
 
@@ -376,8 +415,10 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     model = load_model_file(spec.model_path, spec.entry)
     if spec.device == "cuda":
         torch.cuda.init()
+    ready, ready_at = time.perf_counter(), time.time()
     if go.readline().strip() != "go":  # the sweep ended without storing winners
         return PointwiseReport(error="cancelled")
+    idle = time.perf_counter() - ready
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
     # A share of a model's kernels compiles the whole model in each of several processes,
     # which must all weigh the same GEMM timings: those stored, not each its own.
@@ -385,9 +426,11 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     if time_in_graph is None:
         time_in_graph = settings.time_in_graph and spec.device == "cuda" and spec.shard[1] == 1
     with tune_only_shard(*spec.shard):
-        return tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
-                              inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
-                              time_in_graph=time_in_graph)
+        report = tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
+                                inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
+                                time_in_graph=time_in_graph)
+    report.ready_at, report.idle_seconds = ready_at, round(idle, 3)
+    return report
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cache.signing import Signer, TrustedKeys
 
 ENV_PREFIX = "AUTOTUNE_"
 # What the hook does on a miss: benchmark as max-autotune does, take ATen, raise, or serve
@@ -141,3 +144,16 @@ class Settings:
             raise SettingsError(f"device={self.device!r} must be cuda or cpu (AUTOTUNE_DEVICE)")
         if self.request_timeout <= 0 or self.lookup_timeout <= 0 or self.lease_seconds <= 0:
             raise SettingsError("timeouts must be positive")
+
+
+def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:
+    """The keys the settings name (KeyFileError for a bad file); none when artifacts are off.
+
+    Here, not in the hook, so that the CLI checks them without importing torch."""
+    from cache import signing
+
+    if not settings.artifacts:
+        return signing.NO_TRUSTED_KEYS, None
+    trusted = signing.load_trusted(settings.trusted_keys) if settings.trusted_keys else signing.NO_TRUSTED_KEYS
+    signer = signing.load_signer(settings.signing_key) if settings.signing_key else None
+    return trusted, signer

@@ -13,6 +13,7 @@ callback interface, so the CLI owns all printing.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -28,16 +29,17 @@ from cache.records import (
     TuningResult,
 )
 
-from inductor_glue.capture import CaptureResult, capture_model
 from inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 
 from .plan import CACHED, PlanStream, shape_summary
-from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
 from .settings import Settings
 
-if TYPE_CHECKING:  # Ray is imported only by sweeps that tune
+if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: both after Ray's start
+    from inductor_glue.capture import CaptureResult
     from workers.pool import PoolStarter, TuningPool
+    from workers.spares import Spares
 
+    from .pointwise import PointwisePass, PointwiseReport
     from .queue import SweepQueue
 
 log = logging.getLogger(__name__)
@@ -129,8 +131,15 @@ class SweepReport:
     pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
     models: list[ModelCapture] = field(default_factory=list)
     requeued: int = 0  # jobs started again after their worker was lost (its node died)
+    adopted: int = 0  # lanes that took a spare tuning process started before Ray (workers/spares.py)
     # The cache's one-line error when it refused to store a result; the sweep stopped there.
     store_error: str | None = None
+    # Seconds from the sweep's start to each of its milestones, in order (profiling the serial part).
+    timeline: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, milestone: str, seconds: float | None) -> None:
+        if seconds is not None and milestone not in self.timeline:
+            self.timeline[milestone] = round(seconds, 3)
 
     def count(self, *statuses: str) -> int:
         return sum(1 for o in self.outcomes if o.status in statuses)
@@ -192,6 +201,7 @@ class SweepReport:
                 "not_run": self.not_run,
                 "elsewhere": self.elsewhere,
                 "requeued": self.requeued,
+                "spares_adopted": self.adopted,
                 "captured": self.captured,
                 "deduplicated": self.found,
                 "capture_seconds": round(self.capture_seconds, 3),
@@ -201,6 +211,7 @@ class SweepReport:
             },
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
+            "timeline": dict(sorted(self.timeline.items(), key=lambda item: item[1])),
             "models": [m.to_json() for m in self.models],
             "requests": [o.to_json() for o in self.outcomes],
         }
@@ -275,7 +286,8 @@ def _capture_kwargs(options: SweepOptions, settings: Settings, device: str) -> d
                 device=device, dynamic=options.dynamic)
 
 
-def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None) -> PoolStarter:
+def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None,
+                spares: str | None = None) -> PoolStarter:
     """Start Ray and the pool in the background; before capture the job count is not
     known (``jobs`` None), so the pool gets every actor the settings allow."""
     from workers.pool import PoolStarter
@@ -284,7 +296,7 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     # would time each other's compiles, so a CPU actor holds one job at a time.
     actors = settings.gpus if device == "cuda" else settings.workers
     lanes = settings.jobs_per_gpu if device == "cuda" else 1
-    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes)
+    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes, spares)
 
 
 def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
@@ -292,6 +304,7 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
     must be installed there)."""
     import ray
 
+    from inductor_glue.capture import CaptureResult
     from workers.actor import remote_capture
     from workers.errors import WorkerError
     from workers.pool import gpu_count, start_ray
@@ -375,10 +388,12 @@ class _Dispatcher:
 class _Sweep:
     """One sweep's state: models, plan, queue, pool; ``run_sweep`` drives it."""
 
-    def __init__(self, options: SweepOptions, settings: Settings, progress: Progress) -> None:
+    def __init__(self, options: SweepOptions, settings: Settings, progress: Progress,
+                 spares: Spares | None = None) -> None:
         from cache.store import Store
 
         self.options, self.settings, self.progress = options, settings, progress
+        self.spares = spares
         self.started = time.perf_counter()
         self.device = _device(settings)
         self.report = SweepReport(sweep_id=uuid.uuid4().hex[:12], env=None, device=self.device,
@@ -392,6 +407,9 @@ class _Sweep:
         self.starter: PoolStarter | None = None
         self.dispatcher: _Dispatcher | None = None
         self.pointwise: PointwisePass | None = None
+
+    def mark(self, milestone: str) -> None:
+        self.report.mark(milestone, time.perf_counter() - self.started)
 
     # ------------------------------------------------------------------ capture
 
@@ -417,7 +435,8 @@ class _Sweep:
     def ensure_pool(self) -> None:
         if self.dispatcher is None:
             assert self.queue is not None
-            self.starter = _start_pool(self.store, self.device, self.settings, self.started)
+            spares = self.spares.directory if self.spares is not None else None
+            self.starter = _start_pool(self.store, self.device, self.settings, self.started, spares=spares)
             self.dispatcher = _Dispatcher(self.starter, self.queue)
 
     def capture(self, models: list[ModelFile]) -> None:
@@ -432,6 +451,8 @@ class _Sweep:
                 entry.new += self._found(request, env, overrides)
 
             if self.local:
+                from inductor_glue.capture import capture_model
+
                 captured = capture_model(model, on_request=found, **self.kwargs)
             else:
                 captured = _remote_capture(str(model.path), self.options, self.settings, self.kwargs)
@@ -458,6 +479,7 @@ class _Sweep:
         elif self.queue is None:
             self.report.outcomes.append(Outcome(request, "planned"))
         else:
+            self.mark("first_request_queued")
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
                                    self.report.sweep_id))
         return 1
@@ -491,12 +513,17 @@ class _Sweep:
         self.progress.start(len(self.queue), f"tuning on {max(1, min(len(pool.slots), len(self.queue)))} "
                                              f"{kind} worker(s)")
         for outcome in self.dispatcher.outcomes():
+            self.mark("first_result")
             self.report.outcomes.append(outcome)
             self.progress.advance(outcome)
+        self.mark("last_result")
         began = self.dispatcher.began or time.perf_counter()
         self.report.tuning_seconds = time.perf_counter() - began
         self.report.startup_seconds = self.starter.ready_seconds or 0.0
+        for milestone in ("ray_seconds", "created_seconds", "first_warm_seconds", "ready_seconds"):
+            self.report.mark(_STARTER_MILESTONES[milestone], getattr(self.starter, milestone))
         self.report.requeued = self.dispatcher.pool.requeued if self.dispatcher.pool else 0
+        self.report.adopted = self.dispatcher.pool.adopted if self.dispatcher.pool else 0
         self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE) for job in self.queue.elsewhere]
         self.report.store_error = self.dispatcher.pool.store_error if self.dispatcher.pool else None
         if self.report.store_error is not None:
@@ -509,6 +536,8 @@ class _Sweep:
             self.queue.stop()
         if self.starter is not None:  # also when nothing is left to tune: the early pool goes unused
             self.starter.close()
+        if self.spares is not None:  # those no actor claimed
+            self.spares.close()
 
 
 def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | None = None) -> SweepReport:
@@ -516,12 +545,21 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
 
     Raises on bad input (ModelFileError) and on a Ray that cannot be reached (WorkerError) only.
     """
-    sweep = _Sweep(options, settings, progress or _Silent())
-    models = sweep.load()
+    local_ray = _start_local_ray_soon(options, settings)
+    spares = _start_spares(settings) if local_ray else None
     try:
+        sweep = _Sweep(options, settings, progress or _Silent(), spares)
+    except BaseException:
+        if spares is not None:
+            spares.close()
+        raise
+    try:
+        models = sweep.load()
+        sweep.mark("models_loaded")
         if not options.dry_run:
             sweep.start_tuning()
         sweep.capture(models)
+        sweep.mark("capture_done")
         if not options.dry_run:
             sweep.tune(models)
         elif options.misses:
@@ -542,13 +580,55 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         what = "tuning pointwise/reduction kernels" if sweep.device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
         sweep.progress.stage(f"{what}{signed} (one compile and run with the new winners)")
+        sweep.mark("pointwise_go")
         report.pointwise = sweep.pointwise.run(settings.request_timeout)
+        sweep.mark("pointwise_done")
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
 
 
+def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
+    """A sweep that tunes on a local Ray starts it first of all, before torch, the cache and
+    the model files load (a bad model file then stops the sweep as before, with Ray up).
+    Joining a cluster (--address, RAY_ADDRESS) takes a second and waits for the address check.
+    True when it did."""
+    if options.dry_run or settings.address or os.environ.get("RAY_ADDRESS") or not options.model_paths:
+        return False
+    from workers.pool import start_ray_soon
+
+    start_ray_soon()
+    return True
+
+
+def spare_count(settings: Settings, gpus_here: int) -> int:
+    """Spare children for a local sweep: one per lane its actors will have (a CPU actor has one)."""
+    if settings.device == "cpu" or gpus_here == 0:
+        return settings.workers
+    return min(gpus_here, settings.gpus or gpus_here) * settings.jobs_per_gpu
+
+
+def _start_spares(settings: Settings) -> Spares | None:
+    """Tuning children started now, before Ray is up, for the local actors to adopt (spares.py)."""
+    from workers import spares
+
+    if not spares.supported():
+        return None
+    try:
+        return spares.Spares(spare_count(settings, spares.gpus_on_this_host()))
+    except OSError:  # no spares: each actor starts its children, as before
+        log.debug("could not start spare tuning processes", exc_info=True)
+        return None
+
+
+# PoolStarter's attributes (seconds from the sweep's start) -> their names in the timeline.
+_STARTER_MILESTONES = {"ray_seconds": "ray_up", "created_seconds": "actors_requested",
+                       "first_warm_seconds": "first_child_warm", "ready_seconds": "all_children_warm"}
+
+
 def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
                     kwargs: dict[str, Any]) -> PointwisePass:
+    from .pointwise import PointwisePass, PointwiseSpec
+
     specs = [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
                            kwargs["inductor_config"], kwargs["train"], settings.cache, device,
                            signing_key=settings.signing_key) for model in models]

@@ -53,8 +53,34 @@ def install_phase_timers(path: str) -> None:
 
     for name in ("_compile_and_run", "_check_numerics"):
         setattr(tune, name, timed(name, getattr(tune, name)))
+    tune.fresh_inductor = _recording_phases(tune.fresh_inductor, path)  # type: ignore[assignment]
     policy_lookup = tune.TunePolicy.lookup
     tune.TunePolicy.lookup = timed("benchmark_choices", policy_lookup)  # type: ignore[method-assign]
+
+
+def _recording_phases(fresh_inductor: Any, path: str) -> Any:
+    """``fresh_inductor``, also appending the longest of torch's own timed phases (lowering,
+    codegen, precompiles, benchmarks) inside it: Dynamo's reset on its way out clears them."""
+    import contextlib
+
+    from autotune.pointwise import compile_phase_totals, longest_phases
+
+    @contextlib.contextmanager
+    def recorded(config: dict[str, Any]) -> Any:
+        from torch._inductor.async_compile import AsyncCompile
+
+        pool_ready = float(bool(getattr(AsyncCompile, "use_process_pool", lambda: False)()))
+        with open(path, "a") as sink:  # 1.0: Inductor's compile workers take the Triton candidates
+            sink.write(json.dumps({"phase": "compile_workers_ready", "seconds": pool_ready, "at": time.time()}) + "\n")
+        with fresh_inductor(config):
+            before = compile_phase_totals()
+            try:
+                yield
+            finally:
+                with open(path, "a") as sink:
+                    for name, seconds in longest_phases(before, compile_phase_totals(), top=20).items():
+                        sink.write(json.dumps({"phase": f"torch:{name}", "seconds": seconds, "at": time.time()}) + "\n")
+    return recorded
 
 
 def child_main() -> None:
@@ -65,13 +91,13 @@ def child_main() -> None:
     child.serve(int(sys.argv[2]))
 
 
-def capture_jobs(path: str, device: str) -> list[dict[str, Any]]:
+def capture_jobs(path: str, device: str, dynamic: bool = False) -> list[dict[str, Any]]:
     from inductor_glue.capture import capture_model
     from inductor_glue.modelfile import load_model_file
     from workers.jobs import TuneJob
 
     model = load_model_file(path, "example")
-    captured = capture_model(model, mode="max-autotune", inductor_config={}, device=device)
+    captured = capture_model(model, mode="max-autotune", inductor_config={}, device=device, dynamic=dynamic)
     overrides = dict(model.config_overrides)
     return [TuneJob(r, captured.env, captured.mode, overrides, device, "diag").to_json() for r in captured.requests]
 
@@ -86,7 +112,7 @@ def run_jobs(jobs: list[dict[str, Any]], device: str, phases_path: Path, label: 
     rows = []
     try:
         started = time.perf_counter()
-        warm = tuner.warm(device)
+        warm = tuner.warm(device)["warm_seconds"]
         log.info("%s: child warm in %.1f s (%.1f s with its start)", label, warm, time.perf_counter() - started)
         rows.append({"order": label, "job": "warm-up", "seconds": time.perf_counter() - started})
         for job in jobs:
@@ -116,6 +142,9 @@ def main() -> int:
     parser.add_argument("model")
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--dynamic", action="store_true", help="capture as `autotune sweep --dynamic` does")
+    parser.add_argument("--once", action="store_true", help="capture order only (a failure's traceback, "
+                        "which the child prints to this stderr)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     import torch
@@ -124,10 +153,11 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    jobs = capture_jobs(args.model, device)
+    jobs = capture_jobs(args.model, device, args.dynamic)
     log.info("captured %d requests in %.1f s", len(jobs), time.perf_counter() - started)
     rows = run_jobs(jobs, device, out / "phases.jsonl", "capture order")
-    rows += run_jobs(list(reversed(jobs)), device, out / "phases.jsonl", "reverse order")
+    if not args.once:
+        rows += run_jobs(list(reversed(jobs)), device, out / "phases.jsonl", "reverse order")
     (out / "worker_time.json").write_text(json.dumps(rows, indent=2) + "\n")
     for row in rows:
         phases = " ".join(f"{k}={v:.1f}" for k, v in (row.get("phases") or {}).items())

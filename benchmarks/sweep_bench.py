@@ -75,6 +75,11 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
             "tuning_s": totals["tuning_seconds"], "pointwise_s": pointwise.get("seconds"),
             "found": totals["found"], "tuned": totals["tuned"], "failed": totals["failed"],
             "captured": totals.get("captured"), "models": report.get("models"),
+            # The in-process milestones, and what the process spent outside run_sweep (start, imports, exit).
+            "timeline": report.get("timeline"), "in_process_s": totals["wall_seconds"],
+            "outside_s": done.wall_s - totals["wall_seconds"],
+            "pointwise_detail": {k: v for k, v in pointwise.items() if k not in ("saved_keys", "verdicts")},
+            "verdicts_changed": sum(1 for v in pointwise.get("verdicts") or [] if v.get("changed")),
             "requests": [{k: r.get(k) for k in ("shapes", "status", "winner", "tuning_seconds", "node")}
                          for r in report.get("requests") or []]}
 

@@ -34,6 +34,13 @@ def test_sweep_stores_every_request_then_skips_them(postgres_url: str) -> None:
     store_url = postgres_url
     report = _sweep(store_url)
     assert (report.found, report.tuned, report.failed, report.cached) == (2, 2, 0, 0), _debug(report)
+    # The profile of the serial part: each milestone once, seconds from the start, in causal order.
+    timeline = report.to_json()["timeline"]
+    for before, after in (("models_loaded", "capture_done"), ("first_request_queued", "first_result"),
+                          ("first_child_warm", "first_result"), ("first_result", "last_result")):
+        assert 0 <= timeline[before] <= timeline[after] <= report.wall_seconds, timeline
+    assert timeline["ray_up"] <= timeline["actors_requested"] <= timeline["all_children_warm"], timeline
+    assert report.adopted >= 1  # a lane took a spare started before Ray (workers/spares.py)
     with Store(store_url) as store:
         rows = store.list_results()
         assert len(rows) == 2

@@ -27,12 +27,14 @@ log = logging.getLogger(__name__)
 class TuningWorker:
     """Tunes jobs (plain JSON) and stores each result at once."""
 
-    def __init__(self, store: Any | None, device: str, timeout: float = 600.0, lanes: int = 1) -> None:
+    def __init__(self, store: Any | None, device: str, timeout: float = 600.0, lanes: int = 1,
+                 spares: str | None = None) -> None:
         from .child import ChildTuner
 
         self.store = store
         self.device = device
         self.timeout = timeout
+        self.spares = spares  # a local sweep's spare children (spares.py), adopted by the lanes
         # Each call takes a child that no other call holds, and gives it back.
         self.children: queue.SimpleQueue[ChildTuner] = queue.SimpleQueue()
         for _ in range(max(1, lanes)):
@@ -59,10 +61,29 @@ class TuningWorker:
         node = _node_id()
         with self._child() as child:
             try:
-                return {"ok": True, "seconds": child.warm(self.device), "node": node}
+                adopted = self._adopt_spare(child)
+                seconds = adopted if adopted is not None else child.warm(self.device)["warm_seconds"]
+                return {"ok": True, "seconds": seconds, "node": node, "adopted": adopted is not None}
             except ChildDied as died:
                 log.warning("warming the tuning process failed: %s", died)
                 return {"ok": False, "error": str(died), "node": node}
+
+    def _adopt_spare(self, child: Any) -> float | None:
+        """Warm a spare that the sweep started before Ray, pinned to this actor's GPU; its
+        warm-up seconds, or None when there is none (or it could not be pinned)."""
+        import os
+
+        from .spares import claim
+
+        if child.proc is not None or (home := claim(self.spares)) is None or not child.adopt(home):
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES") if self.device == "cuda" else None
+        answer = child.warm(self.device, visible)
+        if answer["pinned"]:
+            return float(answer["warm_seconds"])
+        log.warning("a spare tuning process could not be moved to GPU %s; starting one here", visible)
+        child.close()
+        return None
 
     def _open_store(self) -> None:
         """Connect and check the schema now, while the sweep captures, not at the first write."""

@@ -12,17 +12,26 @@ Protocol: one JSON job per line on stdin; one JSON result per line on the file
 descriptor given as argv[1] (stdout and stderr stay free for Inductor's logs).
 A line ``{"warm": DEVICE}`` instead asks the child to pay its one-time start-up
 costs now (see ``warm_up``) and is answered with ``{"warm_seconds": S}``.
+
+``python -m workers.child --spare DIR`` is a spare (``spares.py``): it imports, then
+serves the same protocol on DIR's two named pipes once an actor claims it; its warm-up
+message also names the actor's ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
 import os
 import selectors
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import IO, Any
 
 log = logging.getLogger(__name__)
@@ -67,12 +76,45 @@ class ChildTuner:
         os.close(write_fd)
         self.results = os.fdopen(read_fd, "rb")
 
+    def adopt(self, home: Path) -> bool:
+        """Talk to the spare child in ``home`` (claimed by the caller) as to one started here.
+        False, with nothing changed, if it died before it answered the pipes."""
+        from .spares import JOBS, RESULTS, spare_pid
+
+        pid = spare_pid(home)
+        if pid is None:
+            return False
+        process = _Adopted(pid)
+        results = os.open(home / RESULTS, os.O_RDONLY | os.O_NONBLOCK)  # the spare opens its end next
+        deadline = time.monotonic() + self.timeout
+        while True:  # the spare opens the jobs pipe once its imports are done
+            try:
+                jobs = os.open(home / JOBS, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENXIO or process.poll() is not None or time.monotonic() > deadline:
+                    os.close(results)
+                    return False
+                time.sleep(0.05)
+        os.set_blocking(jobs, True)
+        os.set_blocking(results, True)
+        process.stdin = os.fdopen(jobs, "wb")
+        self.proc, self.results = process, os.fdopen(results, "rb")  # type: ignore[assignment]
+        return True
+
     def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
         return self._ask(job_json)
 
-    def warm(self, device: str) -> float:
-        """Start the child and warm it up now, so the first job does not pay for it."""
-        return float(self._ask({"warm": device})["warm_seconds"])
+    def warm(self, device: str, visible_devices: str | None = None) -> dict[str, Any]:
+        """Start the child (unless adopted) and warm it up now, so the first job does not
+        pay for it: ``{"warm_seconds": S, "pinned": bool}``. ``visible_devices``: the GPUs
+        an adopted spare must use (its own were the sweep's); ``pinned`` is False when
+        it could not (CUDA had started in it), and the caller should not use it."""
+        message: dict[str, Any] = {"warm": device}
+        if visible_devices is not None:
+            message["visible_devices"] = visible_devices
+        answer = self._ask(message)
+        return {"warm_seconds": float(answer["warm_seconds"]), "pinned": answer.get("pinned", True)}
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
@@ -123,8 +165,6 @@ def warm_up(device: str) -> float:
     does, so it changes no job's hashes or results. Best effort: a failure here is
     logged and the first job simply starts cold, as it did before.
     """
-    import time
-
     started = time.perf_counter()
     try:
         import torch
@@ -144,30 +184,90 @@ def warm_up(device: str) -> float:
     return time.perf_counter() - started
 
 
+
+class _Adopted:
+    """What ChildTuner needs of a Popen, for a spare that the sweep's process started."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = None
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        from .spares import running
+
+        if self.returncode is None and not running(self.pid):
+            self.returncode = -1
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if self.stdin is not None:
+            self.stdin.close()
+            self.stdin = None
+
+    def wait(self) -> int:
+        while self.poll() is None:
+            time.sleep(0.05)
+        return -1
+
+
+def _pin(visible_devices: str | None) -> bool:
+    """Use the actor's GPUs; False if CUDA had already started here (every GPU in view)."""
+    if visible_devices is None:
+        return True
+    import torch
+
+    if torch.cuda.is_initialized():
+        return os.environ.get("CUDA_VISIBLE_DEVICES") == visible_devices
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+    wanted = len([d for d in visible_devices.split(",") if d.strip()])
+    return torch.cuda.device_count() == wanted  # a count cached before this would be the sweep's
+
+
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
     from .faults import inject_fault
     from .jobs import TuneJob
     from .tune import tune_request
 
     if "warm" in message:
-        return {"warm_seconds": warm_up(str(message["warm"]))}
+        pinned = _pin(message.get("visible_devices"))
+        seconds = warm_up(str(message["warm"])) if pinned else 0.0
+        return {"warm_seconds": seconds, "pinned": pinned}
     job = TuneJob.from_json(message)
     inject_fault(job.request.key)
     return tune_request(job).to_json()
 
 
-def serve(result_fd: int) -> None:
+def serve(result_fd: int, jobs: Iterable[str] | None = None) -> None:
     # Imported before the first line arrives: torch and Inductor load while the actor waits.
     importlib.import_module("workers.tune")
 
     results = os.fdopen(result_fd, "w")
-    for line in sys.stdin:
+    for line in sys.stdin if jobs is None else jobs:
         if not line.strip():
             continue
         results.write(json.dumps(_answer(json.loads(line))) + "\n")
         results.flush()
 
 
+def serve_spare(home: Path, parent: int) -> None:
+    """A spare: import now, then serve whichever actor claims ``home`` (spares.py)."""
+    from .spares import JOBS, RESULTS, die_with_parent
+
+    die_with_parent(parent)
+    importlib.import_module("workers.tune")
+    results = os.open(home / RESULTS, os.O_WRONLY)  # the claiming actor opened its end first
+    with open(home / JOBS) as jobs:  # and opens this one once this end is open: both connected
+        serve(results, jobs)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    serve(int(sys.argv[1]))
+    if sys.argv[1] == "--spare":
+        serve_spare(Path(sys.argv[2]), int(sys.argv[3]))
+    else:
+        serve(int(sys.argv[1]))

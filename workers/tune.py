@@ -186,12 +186,25 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
     graph = one_op_graph(job.request, job.device)
     config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
     with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids):
-        compiled = torch.compile(graph.fn, mode=job.mode, dynamic=graph.dynamic)
+        options = _without_cudagraphs(job.mode or "default", graph.dynamic)
+        compiled = torch.compile(graph.fn, dynamic=graph.dynamic, options=options)
         with torch.no_grad():
             output = compiled(*graph.inputs)
     if job.device == "cuda":
         torch.cuda.synchronize()
     return graph, output
+
+
+def _without_cudagraphs(mode: str, dynamic: bool | None) -> dict[str, Any]:
+    """``mode``'s Inductor options, CUDA graphs off. The one-op graph runs once, to check
+    its output; every choice and kernel source is fixed before CUDA graphs come in, so
+    nothing a job looks up changes. And torch 2.11's graph partition (which CUDA graphs
+    bring) dropped a size symbol that only a kernel's launch used: the MLP-Mixer's token
+    GEMM under ``--dynamic`` (K = (s0//16)*(s53//16)) failed with ``NameError: s0`` on an
+    H100 (runs 71 and 75)."""
+    from torch._inductor import list_mode_options
+
+    return {**list_mode_options(mode, dynamic), "triton.cudagraphs": False}
 
 
 def _compile_and_run_standing_in(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
