@@ -12,6 +12,7 @@ callback interface, so the CLI owns all printing.
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import threading
@@ -550,8 +551,8 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     try:
         sweep = _Sweep(options, settings, progress or _Silent(), spares)
     except BaseException:
-        if spares is not None:
-            spares.close()
+        if local_ray:
+            _undo_early_start(None, spares)
         raise
     try:
         models = sweep.load()
@@ -569,6 +570,8 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     except BaseException:
         if sweep.pointwise is not None:
             sweep.pointwise.close()
+        if local_ray:
+            _undo_early_start(sweep, None)  # its spares: sweep.close()
         raise
     finally:
         sweep.close()
@@ -594,10 +597,32 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
     True when it did."""
     if options.dry_run or settings.address or os.environ.get("RAY_ADDRESS") or not options.model_paths:
         return False
+    if not all(_parses(path) for path in options.model_paths):
+        return False  # bad input: the load says so in a moment, with no Ray started for nothing
     from workers.pool import start_ray_soon
 
     start_ray_soon()
     return True
+
+
+def _parses(path: str) -> bool:
+    """A Python file that compiles: the checks a model file passes before torch is imported."""
+    try:
+        ast.parse(Path(path).read_text(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    return path.endswith(".py")
+
+
+def _undo_early_start(sweep: _Sweep | None, spares: Spares | None) -> None:
+    """A sweep that failed before its pool existed (bad input, a cache that is down) leaves
+    no Ray and no spare behind it."""
+    if spares is not None:
+        spares.close()
+    if sweep is None or sweep.starter is None:
+        from workers.pool import undo_ray_started_soon
+
+        undo_ray_started_soon()
 
 
 def spare_count(settings: Settings, gpus_here: int) -> int:

@@ -22,11 +22,16 @@ MODELS = Path(__file__).parent / "models"
      ("no_entry.py", "defines no function example()"), ("wrong_return.py", "must return (module")],
 )
 def test_bad_model_file_is_one_line_and_exit_2(model: str, needle: str, sqlite_url: str) -> None:
+    import ray
+
+    ray_was_up = ray.is_initialized()
     result = CliRunner().invoke(main, ["sweep", str(MODELS / model), "--cache", sqlite_url, "--device", "cpu"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0]
     assert "Traceback" not in result.output
+    # A sweep starts a local Ray before it loads the model files; one that stops on them shuts it down.
+    assert ray.is_initialized() == ray_was_up
 
 
 def test_sweep_without_model_or_misses_is_a_usage_error() -> None:

@@ -35,32 +35,53 @@ log = logging.getLogger(__name__)
 
 # Set once start_ray_soon's thread has tried; start_ray waits for it rather than race it.
 _early_start: threading.Event | None = None
+_early_stop = threading.Event()  # ends that thread once undo_ray_started_soon shut its Ray down
+_early_owns = False  # whether that thread started Ray (not found it up)
 
 
 def start_ray_soon() -> None:
     """Start a local Ray now, in the background, so that its seconds (7-9 s measured on an
     H100 host) overlap the sweep's imports of torch and the model, not follow them.
 
-    The thread that starts Ray lives as long as the process (see _outlive_ray). A failure
-    here is left to ``start_ray``'s own call, which says it in one line.
+    The thread that starts Ray lives as long as Ray (see _outlive_ray). A failure here is
+    left to ``start_ray``'s own call, which says it in one line.
     """
-    global _early_start
+    global _early_start, _early_stop
     if _early_start is not None:
         return
-    started = _early_start = threading.Event()
+    started, stop = threading.Event(), threading.Event()
+    _early_start, _early_stop = started, stop
 
     def run() -> None:
+        global _early_owns
+        owns_ray = False
         try:
             owns_ray = start_ray(None)
         except Exception:
             log.debug("starting Ray early failed; the pool's own start will say why", exc_info=True)
-            owns_ray = False
         finally:
+            _early_owns = owns_ray
             started.set()
         if owns_ray:
-            _outlive_ray()
+            _outlive_ray(stop)
 
     threading.Thread(target=run, name="autotune-ray-start", daemon=True).start()
+
+
+def undo_ray_started_soon() -> None:
+    """Shut down the Ray that ``start_ray_soon`` started, for a sweep that stopped before it
+    used it (bad input, a cache that is down): the caller's process is left as it was."""
+    global _early_start, _early_owns
+    started, stop = _early_start, _early_stop
+    if started is None:
+        return
+    started.wait()
+    if _early_owns:
+        import ray
+
+        ray.shutdown()
+    _early_start, _early_owns = None, False
+    stop.set()
 
 
 def start_ray(address: str | None) -> bool:
@@ -351,8 +372,9 @@ class TuningPool:
                 pass
 
 
-def _outlive_ray() -> None:
-    """Never return; for the thread that started Ray.
+def _outlive_ray(stop: threading.Event | None = None) -> None:
+    """Never return (or not before ``stop`` is set, once Ray is shut down); for the thread
+    that started Ray.
 
     Ray spawns its local processes with PR_SET_PDEATHSIG, which Linux ties to the
     spawning *thread*: were that thread to end, Ray would be killed under the
@@ -361,7 +383,7 @@ def _outlive_ray() -> None:
     see its raylet die. So the thread, a daemon, ends with the process; Ray's own
     atexit hook shuts Ray down at exit, as when it is started from the main thread.
     """
-    threading.Event().wait()
+    (stop or threading.Event()).wait()
 
 
 class PoolStarter:

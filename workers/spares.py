@@ -70,15 +70,22 @@ class Spares:
         self.root = Path(tempfile.mkdtemp(prefix="autotune-spares-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         env = clean_environment()
-        for index in range(count):
-            home = self.root / str(index)
-            home.mkdir()
-            os.mkfifo(home / JOBS)
-            os.mkfifo(home / RESULTS)
-            proc = subprocess.Popen([sys.executable, "-m", "workers.child", "--spare", str(home), str(os.getpid())],
-                                    env=env, stdin=subprocess.DEVNULL)
-            (home / PID).write_text(str(proc.pid))
-            self.procs.append(proc)
+        try:
+            for index in range(count):
+                self.procs.append(self._start(self.root / str(index), env))
+        except BaseException:  # none half-started: the caller goes on without spares
+            self.close()
+            raise
+
+    @staticmethod
+    def _start(home: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        home.mkdir()
+        os.mkfifo(home / JOBS)
+        os.mkfifo(home / RESULTS)
+        proc = subprocess.Popen([sys.executable, "-m", "workers.child", "--spare", str(home), str(os.getpid())],
+                                env=env, stdin=subprocess.DEVNULL)
+        (home / PID).write_text(str(proc.pid))
+        return proc
 
     @property
     def directory(self) -> str:
