@@ -130,7 +130,9 @@ def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.
     captured = capture_model(model, device="cpu")
     stuck, free = (TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests)
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
-    pool = TuningPool(None, "cpu", actors=1, timeout=25.0, lanes=2)
+    # The free request must finish within the stuck one's timeout: a CPU tune of it took over
+    # 25 s on CI's two loaded cores (it ran beside the other test worker's sweeps).
+    pool = TuningPool(None, "cpu", actors=1, timeout=60.0, lanes=2)
     try:
         pool.warm()
         results = list(pool.run(ListSource([stuck, free])))
