@@ -521,8 +521,8 @@ class _Sweep:
         began = self.dispatcher.began or time.perf_counter()
         self.report.tuning_seconds = time.perf_counter() - began
         self.report.startup_seconds = self.starter.ready_seconds or 0.0
-        for milestone in ("ray_seconds", "created_seconds", "first_warm_seconds", "ready_seconds"):
-            self.report.mark(_STARTER_MILESTONES[milestone], getattr(self.starter, milestone))
+        for milestone, seconds in dict(self.starter.milestones).items():  # a copy: its thread may still write
+            self.report.mark(milestone, seconds)
         self.report.requeued = self.dispatcher.pool.requeued if self.dispatcher.pool else 0
         self.report.adopted = self.dispatcher.pool.adopted if self.dispatcher.pool else 0
         self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE) for job in self.queue.elsewhere]
@@ -644,10 +644,6 @@ def _start_spares(settings: Settings) -> Spares | None:
         log.debug("could not start spare tuning processes", exc_info=True)
         return None
 
-
-# PoolStarter's attributes (seconds from the sweep's start) -> their names in the timeline.
-_STARTER_MILESTONES = {"ray_seconds": "ray_up", "created_seconds": "actors_requested",
-                       "first_warm_seconds": "first_child_warm", "ready_seconds": "all_children_warm"}
 
 
 def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,

@@ -75,6 +75,7 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
             "tuning_s": totals["tuning_seconds"], "pointwise_s": pointwise.get("seconds"),
             "found": totals["found"], "tuned": totals["tuned"], "failed": totals["failed"],
             "captured": totals.get("captured"), "models": report.get("models"),
+            "spares_adopted": totals.get("spares_adopted"),
             # The in-process milestones, and what the process spent outside run_sweep (start, imports, exit).
             "timeline": report.get("timeline"), "in_process_s": totals["wall_seconds"],
             "outside_s": done.wall_s - totals["wall_seconds"],
@@ -138,6 +139,11 @@ def render(report: dict[str, Any]) -> str:
                      f"| {_f(one.get('startup_s'))} | {_f(one.get('capture_s'))} | {_f(one.get('tuning_s'))} "
                      f"| {_f(one.get('pointwise_s'))} | {_f(two.get('wall_s'))} | {_f(e.get('efficiency_2'), '.2f')} "
                      f"| {_f(e.get('serial_fraction'), '.2f')} | {_f(pred.get(4), '.2f')} / {_f(pred.get(8), '.2f')} |")
+    adopted = [f"{name} on {run['gpus']} GPU(s): {run['spares_adopted']}" for name, e in report["models"].items()
+               for label in ("sweep1", "sweep2") if (run := e.get(label) or {}).get("spares_adopted") is not None]
+    if adopted:
+        lines += ["", "Lanes (tuning processes; `--jobs-per-gpu` per GPU) that took a spare started before Ray "
+                  "(`totals.spares_adopted`): " + "; ".join(adopted) + "."]
     multi = report.get("multi")
     if multi:
         lines += ["", f"Three models at once ({', '.join(multi.get('names', []))}): {_f(multi.get('wall_s'))} s "

@@ -120,7 +120,7 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
 
 def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
-    comes back first (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
+    comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
     from inductor_glue.capture import capture_model
     from inductor_glue.modelfile import load_model_file
     from workers.jobs import TuneJob
@@ -130,14 +130,38 @@ def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.
     captured = capture_model(model, device="cpu")
     stuck, free = (TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests)
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
-    # The free request must finish within the stuck one's timeout: a CPU tune of it took over
-    # 25 s on CI's two loaded cores (it ran beside the other test worker's sweeps).
-    pool = TuningPool(None, "cpu", actors=1, timeout=60.0, lanes=2)
+    # The stuck request never finishes within this test: its timeout is longer than the test
+    # waits (a request's timeout is test_faults' subject), so nothing here waits for it.
+    pool = TuningPool(None, "cpu", actors=1, timeout=600.0, lanes=2)
     try:
         pool.warm()
-        results = list(pool.run(ListSource([stuck, free])))
+        results = pool.run(ListSource([stuck, free]))
+        first = next(results)
+        in_flight = [slot.job.request.key for slot in pool.slots if slot.ref is not None and slot.job is not None]
+        results.close()
     finally:
         pool.shutdown()
     assert len(pool.slots) == 2
-    assert [r.request.key for r in results] == [free.request.key, stuck.request.key]
-    assert results[0].status == "ok" and results[1].status == "failed" and "timeout" in (results[1].error or "")
+    assert first.request.key == free.request.key and first.status == "ok", first.error
+    assert in_flight == [stuck.request.key]
+
+
+def test_a_request_that_hangs_past_its_timeout_is_failed_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool gives up on a request after its timeout and records it as failed, saying so."""
+    from inductor_glue.capture import capture_model
+    from inductor_glue.modelfile import load_model_file
+    from workers.jobs import TuneJob
+    from workers.pool import ListSource, TuningPool
+
+    model = load_model_file(TINY)
+    captured = capture_model(model, device="cpu")
+    stuck = TuneJob(captured.requests[0], captured.env, captured.mode, model.config_overrides, "cpu")
+    monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
+    pool = TuningPool(None, "cpu", actors=1, timeout=5.0, lanes=1)
+    try:
+        pool.warm()
+        results = list(pool.run(ListSource([stuck])))
+    finally:
+        pool.shutdown()
+    assert [r.request.key for r in results] == [stuck.request.key]
+    assert results[0].status == "failed" and "timeout" in (results[0].error or ""), results[0].error

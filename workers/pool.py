@@ -407,11 +407,9 @@ class PoolStarter:
         self._created = threading.Event()
         self._stop = threading.Event()
         self._settled = threading.Event()  # the thread has left Ray calls for good
-        self.ready_seconds: float | None = None  # from ``began`` until every child was warm
-        # From ``began``: Ray up, the actors asked for, the first child warm (the sweep's timeline).
-        self.ray_seconds: float | None = None
-        self.created_seconds: float | None = None
-        self.first_warm_seconds: float | None = None
+        # Seconds from ``began`` to ray_up, actors_requested, first_child_warm and
+        # all_children_warm, under the names of the sweep's timeline.
+        self.milestones: dict[str, float] = {}
         # A daemon thread: one that started Ray lives as long as the process (see _outlive_ray).
         threading.Thread(target=self._run, name="autotune-pool-start", daemon=True).start()
 
@@ -420,27 +418,34 @@ class PoolStarter:
         owns_ray = False
         try:
             owns_ray = start_ray(address)
-            self.ray_seconds = time.perf_counter() - self._began
+            self._mark("ray_up")
             wanted = actors or gpu_count()
             count = max(1, min(wanted, most or wanted))
             lanes = max(1, min(lanes, -(-most // count))) if most else lanes  # no lane left idle for sure
             self._pool = TuningPool(store, device, count, timeout, lanes, spares)
             self._pool.warm()
-            self.created_seconds = time.perf_counter() - self._began
+            self._mark("actors_requested")
         except BaseException as exc:  # handed to the caller's thread by pool()
             self._error = exc
         finally:
             self._created.set()
         try:
-            first_warm = lambda: setattr(self, "first_warm_seconds", time.perf_counter() - self._began)  # noqa: E731
-            if self._pool is not None and self._pool.wait_warm(self._stop, first_warm):
-                self.ready_seconds = time.perf_counter() - self._began
+            if self._pool is not None and self._pool.wait_warm(self._stop, lambda: self._mark("first_child_warm")):
+                self._mark("all_children_warm")
         except Exception:  # the wait only times the start-up; jobs report their own failures
             log.debug("waiting for the warm-up failed", exc_info=True)
         finally:
             self._settled.set()
         if owns_ray:
             _outlive_ray()
+
+    def _mark(self, milestone: str) -> None:
+        self.milestones[milestone] = time.perf_counter() - self._began
+
+    @property
+    def ready_seconds(self) -> float | None:
+        """From ``began`` until every child was warm (None: not yet, or never)."""
+        return self.milestones.get("all_children_warm")
 
     def pool(self) -> TuningPool:
         """The pool, once created; raises what starting it raised."""
