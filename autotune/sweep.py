@@ -597,7 +597,7 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
     True when it did."""
     if options.dry_run or settings.address or os.environ.get("RAY_ADDRESS") or not options.model_paths:
         return False
-    if not all(_parses(path) for path in options.model_paths):
+    if not all(_may_define(path, options.entry) for path in options.model_paths):
         return False  # bad input: the load says so in a moment, with no Ray started for nothing
     from workers.pool import start_ray_soon
 
@@ -605,13 +605,39 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
     return True
 
 
-def _parses(path: str) -> bool:
-    """A Python file that compiles: the checks a model file passes before torch is imported."""
+def _may_define(path: str, entry: str) -> bool:
+    """A Python file that compiles and may bind ``entry`` at its top level: the checks a model
+    file can pass before torch is imported (an import or a star import may bind it too)."""
     try:
-        ast.parse(Path(path).read_text(), filename=path)
+        tree = ast.parse(Path(path).read_text(), filename=path)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return False
-    return path.endswith(".py")
+    return path.endswith(".py") and any(entry in _top_level_names(node) for node in tree.body)
+
+
+def _top_level_names(node: ast.stmt) -> set[str]:
+    """Names a module-level statement may bind ("*" counts as any); a compound statement
+    (if, try, with) may bind any name its body binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        if any(alias.name == "*" for alias in node.names):
+            return _ANY_NAME
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+        return _ANY_NAME
+    return set()
+
+
+class _AnyName(set[str]):
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY_NAME = _AnyName()
 
 
 def _undo_early_start(sweep: _Sweep | None, spares: Spares | None) -> None:

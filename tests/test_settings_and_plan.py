@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.plan import dedupe, make_plan, shape_summary
@@ -76,3 +78,21 @@ def test_an_in_graph_verdict_weighs_only_the_choices_timed_in_the_graph() -> Non
     # One choice timed (or one that failed): nothing was weighed, no verdict.
     assert verdict(stored, {aten.choice_hash: 0.5, pinned.choice_hash: float("inf")}) is None
     assert verdict(stored, {"unknown": 0.1, aten.choice_hash: 0.5}) is None
+
+
+@pytest.mark.parametrize(
+    ("source", "may_define"),
+    [("def example(batch_size=None):\n    pass\n", True), ("from models import make as example\n", True),
+     ("example = lambda batch_size=None: None\n", True), ("from models import *\n", True),
+     ("try:\n    from a import example\nexcept ImportError:\n    pass\n", True),
+     ("import torch\ndef other():\n    pass\n", False), ("def example(:\n", False)],
+)
+def test_a_model_file_that_cannot_define_its_entry_starts_no_ray(tmp_path: Path, source: str, may_define: bool) -> None:
+    """The sweep starts a local Ray before it loads the model files only where the file parses
+    and may bind the entry at its top level; the load then names any other problem."""
+    from autotune.sweep import _may_define
+
+    path = tmp_path / "model.py"
+    path.write_text(source)
+    assert _may_define(str(path), "example") is may_define
+    assert _may_define(str(tmp_path / "missing.py"), "example") is False
