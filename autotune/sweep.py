@@ -607,37 +607,25 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
 
 def _may_define(path: str, entry: str) -> bool:
     """A Python file that compiles and may bind ``entry`` at its top level: the checks a model
-    file can pass before torch is imported (an import or a star import may bind it too)."""
+    file can pass before torch is imported."""
     try:
         tree = ast.parse(Path(path).read_text(), filename=path)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return False
-    return path.endswith(".py") and any(entry in _top_level_names(node) for node in tree.body)
+    return path.endswith(".py") and any(_may_bind(node, entry) for node in tree.body)
 
 
-def _top_level_names(node: ast.stmt) -> set[str]:
-    """Names a module-level statement may bind ("*" counts as any); a compound statement
-    (if, try, with) may bind any name its body binds."""
+def _may_bind(node: ast.stmt, name: str) -> bool:
+    """Whether a module-level statement may bind ``name``: a star import or a compound
+    statement (if, try, with, a loop, match) is taken to."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
+        return node.name == name
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        if any(alias.name == "*" for alias in node.names):
-            return _ANY_NAME
-        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        return any(a.name == "*" or (a.asname or a.name).split(".")[0] == name for a in node.names)
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-        return _ANY_NAME
-    return set()
-
-
-class _AnyName(set[str]):
-    def __contains__(self, name: object) -> bool:
-        return True
-
-
-_ANY_NAME = _AnyName()
+        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+    return isinstance(node, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.While, ast.Match))
 
 
 def _undo_early_start(sweep: _Sweep | None, spares: Spares | None) -> None:
@@ -669,7 +657,6 @@ def _start_spares(settings: Settings) -> Spares | None:
     except OSError:  # no spares: each actor starts its children, as before
         log.debug("could not start spare tuning processes", exc_info=True)
         return None
-
 
 
 def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,

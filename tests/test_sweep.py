@@ -11,6 +11,7 @@ from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
 from cache import Store
 from workers.faults import FAULT_ENV
+from workers.jobs import TuneJob
 
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 
@@ -118,20 +119,25 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
     assert report.to_json()["totals"]["deduplicated"] == 2
 
 
-def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
-    comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
+def _tiny_cpu_jobs() -> list[TuneJob]:
+    """The tiny MLP's requests, captured on CPU, as tuning jobs."""
     from inductor_glue.capture import capture_model
     from inductor_glue.modelfile import load_model_file
-    from workers.jobs import TuneJob
-    from workers.pool import ListSource, TuningPool
 
     model = load_model_file(TINY)
     captured = capture_model(model, device="cpu")
-    stuck, free = (TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests)
+    return [TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests]
+
+
+def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
+    comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
+    from workers.pool import ListSource, TuningPool
+
+    stuck, free = _tiny_cpu_jobs()
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
-    # The stuck request never finishes within this test: its timeout is longer than the test
-    # waits (a request's timeout is test_faults' subject), so nothing here waits for it.
+    # The stuck request's timeout is longer than this test waits: nothing here waits for it
+    # (the next test times a request out).
     pool = TuningPool(None, "cpu", actors=1, timeout=600.0, lanes=2)
     try:
         pool.warm()
@@ -148,14 +154,9 @@ def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.
 
 def test_a_request_that_hangs_past_its_timeout_is_failed_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool gives up on a request after its timeout and records it as failed, saying so."""
-    from inductor_glue.capture import capture_model
-    from inductor_glue.modelfile import load_model_file
-    from workers.jobs import TuneJob
     from workers.pool import ListSource, TuningPool
 
-    model = load_model_file(TINY)
-    captured = capture_model(model, device="cpu")
-    stuck = TuneJob(captured.requests[0], captured.env, captured.mode, model.config_overrides, "cpu")
+    stuck = _tiny_cpu_jobs()[0]
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
     pool = TuningPool(None, "cpu", actors=1, timeout=5.0, lanes=1)
     try:
