@@ -592,9 +592,9 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
 
 def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
     """A sweep that tunes on a local Ray starts it first of all, before torch, the cache and
-    the model files load (a bad model file then stops the sweep as before, with Ray up).
-    Joining a cluster (--address, RAY_ADDRESS) takes a second and waits for the address check.
-    True when it did."""
+    the model files load. A model file that cannot be one starts none; one that fails to load
+    stops the sweep, which shuts this Ray down again (``_undo_early_start``). Joining a cluster
+    (--address, RAY_ADDRESS) takes a second and waits for the address check. True when it did."""
     if options.dry_run or settings.address or os.environ.get("RAY_ADDRESS") or not options.model_paths:
         return False
     if not all(_may_define(path, options.entry) for path in options.model_paths):

@@ -184,7 +184,6 @@ def warm_up(device: str) -> float:
     return time.perf_counter() - started
 
 
-
 class _Adopted:
     """What ChildTuner needs of a Popen, for a spare that the sweep's process started."""
 
