@@ -6,7 +6,9 @@ cluster of ``--nodes`` nodes, each its own ``ray start`` with its own GPU
 (PostgreSQL for a team). Then:
 
 1. ``spread``: one sweep of ``--models`` through ``--address``, into a fresh database:
-   which node tuned what.
+   which node tuned what. With ``--kill-node I``, node I (not the head) is killed as a whole
+   (SIGKILL to its ``ray start`` session) once ``--kill-after`` results are stored: the sweep
+   must still finish, and every request it found must be stored exactly once, each ``ok``.
 2. ``concurrent`` (with ``--concurrent A;B``): two sweeps started at the same moment
    over overlapping model lists, into a fresh database: every request must be tuned
    exactly once. Each report's ``totals.tuned`` counts what that sweep tuned itself,
@@ -14,6 +16,8 @@ cluster of ``--nodes`` nodes, each its own ``ray start`` with its own GPU
 
     python benchmarks/cluster_run.py --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \\
         --models examples/mlp.py --concurrent 'examples/mlp.py,tests/models/tiny_mlp.py;tests/models/tiny_mlp.py'
+    python benchmarks/cluster_run.py --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \
+        --nodes 4 --gpus-per-node 1 --cpus-per-node 16 --models examples/resnet.py,examples/gpt.py --kill-node 3
 
 On a GPU host, ``--gpus-per-node 1`` gives node i the GPU i. Writes
 ``<out>/cluster_<gpu or cpu>.json`` and ``.md``, and each command's log under ``<out>/logs``.
@@ -183,13 +187,51 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_request_keys(cache: str) -> list[str]:
+    return sorted({key for key, _ in stored_results(cache)})
+
+
+def stored_results(cache: str) -> list[tuple[str, str]]:
+    """(request key, status) of every stored result; [] while the sweep has not made its tables."""
     from cache.store import Store
 
     store = Store(cache)
     try:
-        return sorted({result.request.key for _, result in store.list_results()})
+        return [(result.request.key, result.status) for _, result in store.list_results()]
+    except Exception:  # noqa: BLE001 - the database exists before the sweep creates its schema
+        return []
     finally:
         store.close()
+
+
+def spread(cluster: Cluster, models: list[str], cache: str, device: str, extra: list[str], logs: Path,
+           timeout: float, kill_node: int | None, kill_after: int) -> dict[str, Any]:
+    """One sweep through the cluster; with ``kill_node``, that node dies once ``kill_after``
+    results are stored, and the check is that nothing was lost or stored twice."""
+    started = time.perf_counter()
+    proc, sink = start_sweep(cluster, models, cache, device, extra, logs / "spread.log")
+    killed: dict[str, Any] | None = None
+    if kill_node is not None:
+        while proc.poll() is None and time.perf_counter() - started < timeout:
+            if len(stored_results(cache)) >= kill_after:
+                break
+            time.sleep(0.5)
+        stored_before = len(stored_results(cache))
+        cluster.kill(kill_node, signal.SIGKILL)
+        killed = {"node": kill_node, "at_s": round(time.perf_counter() - started, 1),
+                  "stored_before": stored_before, "sweep_still_running": proc.poll() is None}
+        log.info("killed node %d at %.1f s, %d results stored", kill_node, killed["at_s"], stored_before)
+    run = summarize(finish_sweep(proc, sink, started, timeout))
+    entry: dict[str, Any] = {"models": models, "run": run}
+    if killed is not None:
+        rows = stored_results(cache)
+        keys = [key for key, _ in rows]
+        found = int(run["totals"]["found"] or 0)
+        killed.update(stored=len(rows), distinct=len(set(keys)), statuses=sorted({s for _, s in rows}),
+                      requeued=run["totals"]["requeued"])
+        killed["nothing_lost"] = (run["rc"] == 0 and len(set(keys)) == found == len(rows)
+                                  and killed["statuses"] == ["ok"])
+        entry["killed"] = killed
+    return entry
 
 
 def concurrent(cluster: Cluster, lists: list[list[str]], cache: str, device: str, extra: list[str],
@@ -242,6 +284,13 @@ def render(report: dict[str, Any]) -> str:
 
     if report.get("spread"):
         lines.append(row("spread", report["spread"]["models"], report["spread"]["run"]))
+    killed = (report.get("spread") or {}).get("killed")
+    if killed:
+        lines += ["", f"Node {killed['node']} killed (SIGKILL to its `ray start` session) {killed['at_s']} s into the "
+                  f"spread sweep, with {killed['stored_before']} results stored (sweep still running: "
+                  f"{killed['sweep_still_running']}). Jobs re-queued: {killed['requeued']}. Stored at the end: "
+                  f"{killed['stored']} results, {killed['distinct']} distinct requests, statuses "
+                  f"{', '.join(killed['statuses']) or '-'}; nothing lost or stored twice: **{killed['nothing_lost']}**."]
     conc = report.get("concurrent")
     if conc:
         for i, run in enumerate(conc["runs"]):
@@ -263,8 +312,13 @@ def main() -> int:
     parser.add_argument("--models", default="", help="comma-separated model files for the spread sweep")
     parser.add_argument("--concurrent", default="", help="two comma-separated model lists, split by ';'")
     parser.add_argument("--sweep-args", default="", help="extra arguments for every sweep")
+    parser.add_argument("--kill-node", type=int, default=None,
+                        help="kill this node (1 .. nodes-1) during the spread sweep")
+    parser.add_argument("--kill-after", type=int, default=1, help="... once this many results are stored")
     parser.add_argument("--timeout", type=float, default=540.0)
     args = parser.parse_args()
+    if args.kill_node is not None and not 0 < args.kill_node < args.nodes:
+        parser.error(f"--kill-node must name a node other than the head: 1 .. {args.nodes - 1}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(args.out)
     logs = out / "logs"
@@ -291,10 +345,9 @@ def main() -> int:
         log.info("cluster at %s: %d live nodes", cluster.address, sum(1 for n in report["ray_nodes"] if n["alive"]))
         if args.models:
             models = [m for m in args.models.split(",") if m]
-            started = time.perf_counter()
             cache = fresh_database(args.cache, "autotune_spread")
-            proc, sink = start_sweep(cluster, models, cache, device, extra, logs / "spread.log")
-            report["spread"] = {"models": models, "run": summarize(finish_sweep(proc, sink, started, args.timeout))}
+            report["spread"] = spread(cluster, models, cache, device, extra, logs, args.timeout, args.kill_node,
+                                      args.kill_after)
             log.info("spread: %s", report["spread"]["run"]["totals"])
             save()
         if args.concurrent:

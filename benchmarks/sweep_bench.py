@@ -1,4 +1,4 @@
-"""The sweep against its goals, in one command on a 1- or 2-GPU machine.
+"""The sweep against its goals, in one command on a 1-, 2- or 4-GPU machine.
 
 Steps (each a fresh process with a fresh SQLite cache and fresh Inductor/Triton dirs):
 
@@ -8,11 +8,14 @@ Steps (each a fresh process with a fresh SQLite cache and fresh Inductor/Triton 
 - ``sweep2``: the same on 2 GPUs: efficiency T1 / (2 T2) for the whole command (goal >= 0.9),
   the serial fraction it implies (Amdahl: s = 2 T2 / T1 - 1) and the efficiency that predicts
   at 4 and 8 GPUs, 1 / (N s + 1 - s).
+- ``sweep4``: the same on 4 GPUs (issue 15's goal: efficiency T1 / (4 T4) >= 0.8), and the
+  serial fraction that the 4-GPU time implies, s = (4 T4 / T1 - 1) / 3.
 - ``multi``: ``autotune sweep A B C --gpus 1`` against the sum of the three single sweeps
   (those of ``sweep1``, plus any model not swept there), with the de-duplicated request count.
 
     python benchmarks/sweep_bench.py --out /tmp/results                      # resnet,gpt; every step
     python benchmarks/sweep_bench.py --models gpt --steps cold,sweep1,sweep2 --out /tmp/results
+    python benchmarks/sweep_bench.py --steps cold,sweep1,sweep2,sweep4 --out /tmp/results  # a 4-GPU host
 
 A step that cannot finish before ``--budget`` seconds (default 570) is skipped and
 recorded as such; results are written after every step, so a cut-off run keeps
@@ -50,7 +53,7 @@ from compile_time import (  # noqa: E402
 )
 
 log = logging.getLogger("sweep_bench")
-STEPS = ("cold", "sweep1", "sweep2", "multi")
+STEPS = ("cold", "sweep1", "sweep2", "sweep4", "multi")
 
 
 def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: float) -> dict[str, Any]:
@@ -106,6 +109,11 @@ def derive(report: dict[str, Any]) -> None:
             entry["efficiency_2"] = t1 / (2 * t2)
             entry["serial_fraction"] = serial
             entry["predicted_efficiency"] = {n: 1 / (n * serial + 1 - serial) for n in (4, 8)}
+        four = entry.get("sweep4") or {}
+        if one.get("status") == "ok" and four.get("status") == "ok":
+            t1, t4 = one["wall_s"], four["wall_s"]
+            entry["efficiency_4"] = t1 / (4 * t4)
+            entry["serial_fraction_4"] = min(1.0, max(0.0, (4 * t4 / t1 - 1) / 3))
     multi = report.get("multi") or {}
     singles = [(report["models"].get(n) or {}).get("sweep1") or {} for n in multi.get("names", [])]
     if multi.get("status") == "ok" and singles and all(s.get("status") == "ok" for s in singles):
@@ -130,17 +138,21 @@ def render(report: dict[str, Any]) -> str:
                      f"{report.get('host')}): its steps are kept.")
     lines += ["",
              "| model | cold s | sweep 1 GPU s | vs cold (< 0.6) | start-up | capture | GEMM tuning | pointwise "
-             "| sweep 2 GPUs s | eff. 2 (>= 0.9) | serial | pred. eff. 4 / 8 |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| sweep 2 GPUs s | eff. 2 (>= 0.9) | serial | pred. eff. 4 / 8 | sweep 4 GPUs s | eff. 4 (>= 0.8) "
+             "| serial (4) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
     for name, e in report["models"].items():
         one, two, base = e.get("sweep1") or {}, e.get("sweep2") or {}, e.get("cold") or {}
+        four = e.get("sweep4") or {}
         pred = e.get("predicted_efficiency") or {}
         lines.append(f"| {name} | {_f(base.get('wall_s'))} | {_f(one.get('wall_s'))} | {_f(e.get('sweep_vs_cold'), '.2f')} "
                      f"| {_f(one.get('startup_s'))} | {_f(one.get('capture_s'))} | {_f(one.get('tuning_s'))} "
                      f"| {_f(one.get('pointwise_s'))} | {_f(two.get('wall_s'))} | {_f(e.get('efficiency_2'), '.2f')} "
-                     f"| {_f(e.get('serial_fraction'), '.2f')} | {_f(pred.get(4), '.2f')} / {_f(pred.get(8), '.2f')} |")
+                     f"| {_f(e.get('serial_fraction'), '.2f')} | {_f(pred.get(4), '.2f')} / {_f(pred.get(8), '.2f')} "
+                     f"| {_f(four.get('wall_s'))} | {_f(e.get('efficiency_4'), '.2f')} "
+                     f"| {_f(e.get('serial_fraction_4'), '.2f')} |")
     adopted = [f"{name} on {run['gpus']} GPU(s): {run['spares_adopted']}" for name, e in report["models"].items()
-               for label in ("sweep1", "sweep2") if (run := e.get(label) or {}).get("spares_adopted") is not None]
+               for label in ("sweep1", "sweep2", "sweep4") if (run := e.get(label) or {}).get("spares_adopted") is not None]
     if adopted:
         lines += ["", "Lanes (tuning processes; `--jobs-per-gpu` per GPU) that took a spare started before Ray "
                   "(`totals.spares_adopted`): " + "; ".join(adopted) + "."]
@@ -227,6 +239,8 @@ def main() -> int:
             entry["sweep1"] = step(f"{name} sweep 1 GPU", sweep, [path], 1, keep)
         if "sweep2" in steps and gpus >= 2 and not measured(name, "sweep2"):
             entry["sweep2"] = step(f"{name} sweep 2 GPUs", sweep, [path], 2, keep)
+        if "sweep4" in steps and gpus >= 4 and not measured(name, "sweep4"):
+            entry["sweep4"] = step(f"{name} sweep 4 GPUs", sweep, [path], 4, keep)
     if "multi" in steps:
         for name in multi:  # the single sweeps the three-model sweep is compared with
             entry = report["models"].setdefault(name, {})
