@@ -228,6 +228,7 @@ def spread(cluster: Cluster, models: list[str], cache: str, device: str, extra: 
         found = int(run["totals"]["found"] or 0)
         killed.update(stored=len(rows), distinct=len(set(keys)), statuses=sorted({s for _, s in rows}),
                       requeued=run["totals"]["requeued"])
+        killed["live_nodes_after"] = sum(1 for n in cluster.nodes() if n["alive"])
         killed["nothing_lost"] = (run["rc"] == 0 and len(set(keys)) == found == len(rows)
                                   and killed["statuses"] == ["ok"])
         entry["killed"] = killed
@@ -266,6 +267,15 @@ def fresh_database(cache: str, name: str) -> str:
     return url.set(database=name).render_as_string(hide_password=False)
 
 
+def node_names(ray_nodes: list[dict[str, Any]]) -> dict[str, str]:
+    """Ray's node ID -> "node<i> (<id>)", from the custom resource each node was started with."""
+    names = {}
+    for node in ray_nodes:
+        index = next((k for k in node.get("resources") or {} if k.startswith("node") and k[4:].isdigit()), None)
+        names[node["id"]] = f"{index} ({node['id'][:8]})" if index else node["id"][:8]
+    return names
+
+
 def render(report: dict[str, Any]) -> str:
     info = report["machine"]
     lines = [f"# Sweeps on a {report['nodes']}-node Ray cluster: {info.get('gpu') or 'CPU'}", "",
@@ -276,9 +286,11 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", "| run | models | rc | wall s | captured | found | tuned | failed | elsewhere | results per node |",
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
 
+    names = node_names(report.get("ray_nodes") or [])
+
     def row(label: str, models: list[str], run: dict[str, Any]) -> str:
         t = run["totals"]
-        nodes = ", ".join(f"{k[:8]}: {v}" for k, v in run["results_per_node"].items()) or "-"
+        nodes = ", ".join(f"{names.get(k, k[:8])}: {v}" for k, v in run["results_per_node"].items()) or "-"
         return (f"| {label} | {', '.join(Path(m).stem for m in models)} | {run['rc']} | {run['wall_s']} | "
                 f"{t['captured']} | {t['found']} | {t['tuned']} | {t['failed']} | {t['elsewhere']} | {nodes} |")
 
@@ -290,7 +302,8 @@ def render(report: dict[str, Any]) -> str:
                   f"spread sweep, with {killed['stored_before']} results stored (sweep still running: "
                   f"{killed['sweep_still_running']}). Jobs re-queued: {killed['requeued']}. Stored at the end: "
                   f"{killed['stored']} results, {killed['distinct']} distinct requests, statuses "
-                  f"{', '.join(killed['statuses']) or '-'}; nothing lost or stored twice: **{killed['nothing_lost']}**."]
+                  f"{', '.join(killed['statuses']) or '-'}; live nodes afterwards: {killed.get('live_nodes_after', '-')}; "
+                  f"nothing lost or stored twice: **{killed['nothing_lost']}**."]
     conc = report.get("concurrent")
     if conc:
         for i, run in enumerate(conc["runs"]):

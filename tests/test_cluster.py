@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.xdist_group("cluster")
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from cluster_run import Cluster  # noqa: E402  (a token-auth cluster of `ray start` nodes, as a team runs one)
+from cluster_run import Cluster, spread  # noqa: E402  (a token-auth cluster of `ray start` nodes, as a team runs one)
 
 
 # A lost node is noticed in about 2 s rather than Ray's default 15 s or so.
@@ -77,25 +76,19 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
     assert len({r["node"] for r in report["requests"]}) == 2, report["requests"]  # both nodes tuned
 
 
-def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str) -> None:
-    proc = _sweep(cluster, sqlite_url, "--batch-sizes", "16,32")
-    deadline = time.monotonic() + 300
-    store = Store(sqlite_url)
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            if store.list_results():
-                break
-        except Exception:  # the sweep has not created the database yet
-            pass
-        time.sleep(0.5)
-    cluster.kill(1, signal.SIGKILL)  # the second node dies as a whole, mid-sweep
-    out, err = proc.communicate(timeout=400)
-    assert proc.returncode == 0, err[-3000:]
-    report = _report(out)
+def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str, tmp_path: Path) -> None:
+    # cluster_run.py's own path (its --kill-node): the second node dies as a whole once a
+    # result is stored, while the sweep still has jobs on it.
+    entry = spread(cluster, [TINY], sqlite_url, "cpu", ["--workers", "2", "--batch-sizes", "16,32"], tmp_path,
+                   timeout=400, kill_node=1, kill_after=1)
+    run, killed = entry["run"], entry["killed"]
+    log = (tmp_path / "spread.log").read_text()[-3000:]
+    assert run["rc"] == 0 and killed["sweep_still_running"], log
     # Two static graphs and the dynamic recompile between them, two GEMMs each.
-    assert report["totals"]["found"] == 6 and report["totals"]["tuned"] == 6, err[-3000:]
+    assert run["totals"]["found"] == 6 and run["totals"]["tuned"] == 6, log
+    store = Store(sqlite_url)
     rows = store.list_results()
-    assert len(rows) == 6 and {r.status for _, r in rows} == {"ok"}
-    assert len({r.request.key for _, r in rows}) == 6
-    assert report["totals"]["requeued"] >= 1, "the node died after its last job: nothing was re-queued"
     store.close()
+    assert len(rows) == 6 and {r.status for _, r in rows} == {"ok"}
+    assert len({r.request.key for _, r in rows}) == 6 and killed["nothing_lost"]
+    assert run["totals"]["requeued"] >= 1, "the node died after its last job: nothing was re-queued"
