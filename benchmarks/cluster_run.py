@@ -121,23 +121,34 @@ class Cluster:
             time.sleep(1)
 
     def kill(self, index: int, sig: int = signal.SIGTERM) -> None:
-        """End node ``index`` as a whole (its raylet and workers: its own session)."""
+        """End node ``index`` as a whole: every process of its session (``ray start``, its raylet,
+        and its workers, which Ray puts in process groups of their own)."""
         proc = self.procs[index]
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
+        _signal_session(proc.pid, sig)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _signal_session(proc.pid, signal.SIGKILL)
             proc.wait()
+        if sig != signal.SIGKILL:  # workers that outlive their raylet's graceful stop
+            time.sleep(1)
+            _signal_session(proc.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         for index in reversed(range(len(self.procs))):
             self.kill(index)
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _signal_session(session: int, sig: int) -> None:
+    """Send ``sig`` to every process of ``session`` (Linux: the sixth field of /proc/PID/stat)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "(comm)", which may hold spaces
+            if int(fields[3]) == session:
+                os.kill(int(stat.parent.name), sig)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to signal
 
 
 def start_sweep(cluster: Cluster, models: list[str], cache: str, device: str, extra: list[str],
