@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
@@ -722,6 +723,11 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
+    report_out = sys.stdout
+    if as_json:
+        # Stdout carries the report alone. Ray's driver prints its raylets' errors there from a
+        # thread of its own (a node's death with its raylet's log dump, run 85), also at exit.
+        sys.stdout = sys.stderr
     progress = _RichProgress(_err())
     try:
         report = run_sweep(options, settings, progress)
@@ -731,7 +737,7 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
     finally:
         progress.stop()
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json.dumps(report.to_json(), indent=2), file=report_out)
     else:
         _print_sweep(report, _out())
     if report.store_error is not None:

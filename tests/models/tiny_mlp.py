@@ -54,3 +54,9 @@ def residual(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torc
             return x + self.linear(self.norm(x))
 
     return Residual().eval(), (torch.randn(batch_size or 8, 16),)
+
+
+def chatty(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """example(), from a model file that prints to stdout as it builds (as many do)."""
+    print(f"building the tiny MLP at batch {batch_size}")
+    return example(batch_size)
