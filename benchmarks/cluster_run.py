@@ -222,11 +222,12 @@ def spread(cluster: Cluster, models: list[str], cache: str, device: str, extra: 
     proc, sink = start_sweep(cluster, models, cache, device, extra, logs / "spread.log")
     killed: dict[str, Any] | None = None
     if kill_node is not None:
+        stored_before = 0
         while proc.poll() is None and time.perf_counter() - started < timeout:
-            if len(stored_results(cache)) >= kill_after:
+            stored_before = len(stored_results(cache))
+            if stored_before >= kill_after:
                 break
             time.sleep(0.5)
-        stored_before = len(stored_results(cache))
         cluster.kill(kill_node, signal.SIGKILL)
         killed = {"node": kill_node, "at_s": round(time.perf_counter() - started, 1),
                   "stored_before": stored_before, "sweep_still_running": proc.poll() is None}
