@@ -76,6 +76,10 @@ class HookStats:
     # Pointwise/reduction configs served from the cache, and copied into it.
     kernel_configs_loaded: int = 0
     kernel_configs_saved: int = 0
+    # Epilogue-fusion verdicts served from the cache instead of benchmarked, and copied into
+    # it (GPUs; inductor_glue/fusion.py).
+    fusion_verdicts_served: int = 0
+    fusion_verdicts_saved: int = 0
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
     # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
@@ -142,6 +146,8 @@ class ServePolicy:
         self._results: dict[str, list[TuningResult]] = {}  # environment key -> its stored results
         self._nearest: dict[str, NearestIndex] = {}  # environment key -> its stored winners by shape
         self._served_nearest: set[str] = set()  # request keys
+        self._fusions: dict[str, dict[str, dict[str, Any]]] = {}  # device type -> key -> fusion verdict
+        self.fusion_device: str | None = None  # the GPU whose fusion verdicts are served (WarmStart)
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
@@ -339,7 +345,10 @@ class ServePolicy:
             from inductor_glue.env import current_environment
 
             results = self._env_results(current_environment(device))  # inside the compile: the job's config
-            self._pins[device] = PinIndex(results, fastest_template_too=self.time_in_graph) if results else None
+            fused = frozenset(str(v.get("choice")) for v in self.fusion_verdicts(device).values()
+                              if v.get("fuse") and v.get("choice")) if device == self.fusion_device else frozenset()
+            self._pins[device] = (PinIndex(results, fastest_template_too=self.time_in_graph, also=fused)
+                                  if results else None)
         return self._pins[device]
 
     # --- pointwise/reduction configs -------------------------------------------------
@@ -372,6 +381,33 @@ class ServePolicy:
             self.stats.kernel_configs_saved += 1
             if len(self.stats.saved_keys) < 64 and key not in self.stats.saved_keys:
                 self.stats.saved_keys.append(key)
+
+        self._store_later(put)
+
+    # --- epilogue-fusion verdicts ----------------------------------------------------
+    def fusion_verdicts(self, device: str) -> dict[str, dict[str, Any]]:
+        """Every stored fusion verdict for device (key -> verdict), read once per process."""
+        from inductor_glue import fusion
+        from inductor_glue.env import kernel_config_environment
+
+        if device not in self._fusions:
+            env = kernel_config_environment(device)
+            stored = self._call(lambda store: store.kernel_configs(env, fusion.PREFIX))
+            self._fusions[device] = dict(stored or {})
+        return self._fusions[device]
+
+    def save_fusion_verdict(self, device: str, key: str, verdict: dict[str, Any]) -> None:
+        """Keep a verdict Inductor just reached by benchmarking, without waiting for the store."""
+        from inductor_glue.env import kernel_config_environment
+
+        self.fusion_verdicts(device)[key] = verdict
+        if self._disabled or not self.settings.write_back or self.settings.read_only:
+            return
+        env = kernel_config_environment(device)
+
+        def put(store: Any) -> None:
+            store.put_kernel_configs(env, {key: verdict})
+            self.stats.fusion_verdicts_saved += 1
 
         self._store_later(put)
 
@@ -452,7 +488,8 @@ class WarmStart:
     # whether a winning template should absorb its neighbours depends on the
     # graph, which an isolated tuning cannot see (on an H200 turning it off made
     # the transformer example 14% slower: 1.290 vs 1.131 ms). With pinning it
-    # weighs one template against ATen.
+    # weighs one template against ATen, and where the sweep's pass stored its
+    # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None) -> None:
         from inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
@@ -465,6 +502,12 @@ class WarmStart:
         self._holding_kernels = gpu is not None
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
+        self._serving_fusions = gpu is not None and policy.settings.fusion_verdicts
+        if self._serving_fusions:
+            from inductor_glue import fusion
+
+            policy.fusion_device = gpu
+            fusion.push(_FusionBook(policy, gpu))
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
@@ -533,6 +576,10 @@ class WarmStart:
             kernel_configs.release_compiles()
             if self._kernel_device is not None:
                 kernel_configs.pop()
+        if self._serving_fusions:
+            from inductor_glue import fusion
+
+            fusion.pop()
         self._policy.close()
         self.installed = False
         if _active is self:
@@ -546,6 +593,23 @@ class WarmStart:
 
     def __repr__(self) -> str:
         return f"WarmStart({self.stats}, installed={self.installed})"
+
+
+class _FusionBook:
+    """The policy's store as inductor_glue/fusion.py's book, for one GPU."""
+
+    def __init__(self, policy: ServePolicy, device: str) -> None:
+        self._policy = policy
+        self._device = device
+
+    def stored(self, key: str) -> dict[str, Any] | None:
+        return self._policy.fusion_verdicts(self._device).get(key)
+
+    def record(self, key: str, verdict: dict[str, Any]) -> None:
+        self._policy.save_fusion_verdict(self._device, key, verdict)
+
+    def served(self, key: str) -> None:
+        self._policy.stats.fusion_verdicts_served += 1
 
 
 _active: WarmStart | None = None

@@ -127,10 +127,16 @@ class PinIndex:
     ``fastest_template_too``: also generate each result's fastest Triton config when
     ATen won it, so that a compile timing its choices in the graph weighs a template
     against ATen as cold max-autotune does (autotune/in_graph.py).
+
+    ``also``: keys generated in any case. A template the sweep's pass fused with its
+    epilogue was finalized with one config, which must exist here too for the stored
+    fusion verdict to be served (inductor_glue/fusion.py), even where ATen won alone.
     """
 
-    def __init__(self, results: list[Any], *, fastest_template_too: bool = False) -> None:
+    def __init__(self, results: list[Any], *, fastest_template_too: bool = False,
+                 also: frozenset[str] = frozenset()) -> None:
         self.allowed: dict[str, set[str]] = {}
+        self.also = also  # keys generated whatever won: configs a stored fusion verdict names
         for result in results:
             chosen = {result.winner.choice_hash} if result.winner is not None else set()
             fastest = fastest_template(result.candidates) if fastest_template_too else None
@@ -146,7 +152,7 @@ class PinIndex:
 
     def allows(self, pin: Pin) -> bool:
         keys = self.allowed.get(pin.family)
-        return keys is None or pin.key in keys
+        return keys is None or pin.key in keys or pin.key in self.also
 
 
 def fastest_template(candidates: Sequence[Any]) -> Any | None:

@@ -1,0 +1,155 @@
+"""Epilogue-fusion verdicts (inductor_glue/fusion.py): keyed by graph and nodes, recorded
+when Inductor decides, served instead of a benchmark, stored as data.
+
+Inductor benchmarks a template's fusions only on GPUs (a CPU's C++ templates are never a
+MultiTemplateBuffer), so the template and the scheduler nodes here are small stand-ins
+with the attributes the glue reads; Inductor's own FusionResult, FX graphs and the store
+are real. tests/test_gpu_fusion.py runs the whole path on a GPU.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch._inductor.scheduler import FusionResult, Scheduler
+
+from autotune.hook import ServePolicy, warm_start
+from autotune.settings import Settings
+from inductor_glue import fusion, pinning
+
+
+class _Choice:
+    def __init__(self, key: str | None) -> None:
+        self.autotune_pin = pinning.Pin("cuda", "fam", key) if key else None
+        self._render = object()
+
+    def get_make_kernel_render(self) -> object:
+        return self._render
+
+
+class _Template:
+    """The attributes of a MultiTemplateBuffer the glue reads and sets."""
+
+    def __init__(self, *keys: str | None) -> None:
+        self.choices = [_Choice(key) for key in keys]
+        self.make_kernel_render: object = None
+
+    def finalize_as_triton_caller(self, choice: _Choice) -> None:
+        self.make_kernel_render = choice.get_make_kernel_render()
+
+
+def _node(name: str) -> Any:
+    return SimpleNamespace(get_name=lambda: name)
+
+
+def _graph(fn: Any, *inputs: torch.Tensor) -> Any:
+    """What the scheduler sees as V.graph: the FX graph being lowered and its inputs."""
+    return SimpleNamespace(orig_gm=torch.fx.symbolic_trace(fn), example_inputs=list(inputs))
+
+
+def _mm_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(a @ b)
+
+
+def _mm_gelu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(a @ b)
+
+
+def test_a_graph_fingerprint_depends_on_its_nodes_and_input_layouts_only() -> None:
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    same = fusion.graph_fingerprint(_graph(_mm_relu, a, b))
+    assert fusion.graph_fingerprint(_graph(_mm_relu, a.clone(), b.clone())) == same  # values do not count
+    assert fusion.graph_fingerprint(_graph(_mm_gelu, a, b)) != same
+    assert fusion.graph_fingerprint(_graph(_mm_relu, torch.randn(16, 16), b)) != same  # another batch
+    assert fusion.graph_fingerprint(_graph(_mm_relu, a.t().contiguous().t(), b)) != same  # another layout
+
+
+def test_a_fusion_key_names_the_graph_the_pair_and_the_side() -> None:
+    key = fusion.fusion_key("graph", _node("op1"), _node("op2"), epilogue=True)
+    assert key.startswith(fusion.PREFIX)
+    assert key == fusion.fusion_key("graph", _node("op1"), _node("op2"), epilogue=True)
+    others = [fusion.fusion_key("other", _node("op1"), _node("op2"), epilogue=True),
+              fusion.fusion_key("graph", _node("op1"), _node("op3"), epilogue=True),
+              fusion.fusion_key("graph", _node("op1"), _node("op2"), epilogue=False)]
+    assert key not in others and len(set(others)) == 3
+
+
+def test_a_pending_fusion_is_recorded_when_inductor_resolves_it() -> None:
+    template, kept = _Template(None, "pin-a", "pin-b"), []
+
+    def benchmark() -> bool:  # Inductor's pending benchmark: it fuses with the second config
+        template.finalize_as_triton_caller(template.choices[2])
+        return True
+
+    outcome = fusion.recording(FusionResult.from_callable(benchmark), template, kept.append)
+    assert isinstance(outcome, FusionResult) and kept == []  # nothing is known before it runs
+    assert outcome.callable_fn() is True
+    assert kept == [{"fuse": True, "choice": "pin-b"}]
+
+
+def test_a_refused_fusion_is_recorded_and_an_unnamed_config_is_not() -> None:
+    kept: list[dict] = []
+    assert fusion.recording(FusionResult.fuse(False), _Template("pin-a"), kept.append).should_fuse is False
+    assert kept == [{"fuse": False, "choice": None}]
+    unnamed = _Template(None)  # finalized with a config that has no pin: no other process could find it
+    unnamed.finalize_as_triton_caller(unnamed.choices[0])
+    fusion.recording(FusionResult.fuse(True), unnamed, kept.append)
+    assert len(kept) == 1
+
+
+def test_a_stored_verdict_is_served_without_a_benchmark() -> None:
+    scheduler = SimpleNamespace(_has_layout_conflict_for_template=lambda multi: False)
+    template = _Template(None, "pin-a", "pin-b")
+    refused = fusion.serve(scheduler, template, {"fuse": False, "choice": None})
+    assert isinstance(refused, FusionResult) and refused.should_fuse is False
+    fused = fusion.serve(scheduler, template, {"fuse": True, "choice": "pin-b"})
+    assert fused.should_fuse is True
+    assert fusion.finalized_choice(template) is template.choices[2]  # finalized as the pass had it
+
+
+def test_a_verdict_that_cannot_apply_here_falls_back_to_inductor() -> None:
+    scheduler = SimpleNamespace(_has_layout_conflict_for_template=lambda multi: False)
+    assert fusion.serve(scheduler, _Template(None, "pin-a"), {"fuse": True, "choice": "pin-z"}) is None
+    assert fusion.serve(scheduler, _Template("pin-a"), {"fuse": "yes"}) is None  # malformed data
+    conflict = SimpleNamespace(_has_layout_conflict_for_template=lambda multi: True)
+    assert fusion.serve(conflict, _Template("pin-a"), {"fuse": True, "choice": "pin-a"}) is None
+
+
+def test_verdicts_go_to_the_store_and_a_later_process_reads_them(sqlite_url: str) -> None:
+    # Filed per device type and versions, as pointwise configs are ("cpu" here: no GPU to name).
+    key, verdict = fusion.PREFIX + "abc", {"fuse": True, "choice": "pin-b"}
+    writer = ServePolicy(Settings(cache=sqlite_url))
+    writer.save_fusion_verdict("cpu", key, verdict)
+    writer.flush(10.0)
+    assert writer.stats.fusion_verdicts_saved == 1
+    writer.close()
+    reader = ServePolicy(Settings(cache=sqlite_url))
+    assert reader.fusion_verdicts("cpu") == {key: verdict}
+    reader.close()
+    read_only = ServePolicy(Settings(cache=sqlite_url, read_only=True))
+    read_only.save_fusion_verdict("cpu", fusion.PREFIX + "def", {"fuse": False, "choice": None})
+    read_only.flush(10.0)
+    assert read_only.stats.fusion_verdicts_saved == 0
+    read_only.close()
+
+
+def test_the_config_a_fusion_verdict_names_is_generated_even_where_aten_won() -> None:
+    index = pinning.PinIndex([], also=frozenset({"key-7"}))
+    index.allowed["fam"] = set()  # ATen won this family: no config of it is generated
+    assert not index.allows(pinning.Pin("cuda", "fam", "key-1"))
+    assert index.allows(pinning.Pin("cuda", "fam", "key-7"))
+
+
+def test_the_scheduler_patch_is_installed_on_gpus_only_and_removed_with_the_last_book(sqlite_url: str) -> None:
+    original = Scheduler.__dict__["speedup_by_fusion"]
+    with warm_start(sqlite_url):  # on a CPU the C++ backend never benchmarks a fusion
+        assert Scheduler.__dict__["speedup_by_fusion"] is original
+    book = SimpleNamespace(stored=lambda key: None, record=lambda key, verdict: None, served=lambda key: None)
+    fusion.push(book)
+    fusion.push(book)
+    fusion.pop()
+    assert Scheduler.__dict__["speedup_by_fusion"] is not original
+    fusion.pop()
+    assert Scheduler.__dict__["speedup_by_fusion"] is original
