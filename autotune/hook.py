@@ -42,6 +42,7 @@ from inductor_glue.inductor import (
 )
 from cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 
+from inductor_glue.fusion import PREFIX as FUSION_PREFIX
 from inductor_glue.pinning import Pin, PinIndex
 from .plan import shape_summary
 from .settings import Settings, load_keys
@@ -76,10 +77,13 @@ class HookStats:
     # Pointwise/reduction configs served from the cache, and copied into it.
     kernel_configs_loaded: int = 0
     kernel_configs_saved: int = 0
-    # Epilogue-fusion verdicts served from the cache instead of benchmarked, and copied into
-    # it (GPUs; inductor_glue/fusion.py).
+    # Decisions Inductor takes by timing on GPUs, served from the cache instead, and copied
+    # into it: epilogue-fusion verdicts (inductor_glue/fusion.py) and padding verdicts
+    # (inductor_glue/padding.py).
     fusion_verdicts_served: int = 0
     fusion_verdicts_saved: int = 0
+    pad_decisions_served: int = 0
+    pad_decisions_saved: int = 0
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
     # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
@@ -146,7 +150,7 @@ class ServePolicy:
         self._results: dict[str, list[TuningResult]] = {}  # environment key -> its stored results
         self._nearest: dict[str, NearestIndex] = {}  # environment key -> its stored winners by shape
         self._served_nearest: set[str] = set()  # request keys
-        self._fusions: dict[str, dict[str, dict[str, Any]]] = {}  # device type -> key -> fusion verdict
+        self._decisions: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (device, prefix) -> key -> value
         self.fusion_device: str | None = None  # the GPU whose fusion verdicts are served (WarmStart)
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
@@ -345,7 +349,7 @@ class ServePolicy:
             from inductor_glue.env import current_environment
 
             results = self._env_results(current_environment(device))  # inside the compile: the job's config
-            fused = frozenset(str(v.get("choice")) for v in self.fusion_verdicts(device).values()
+            fused = frozenset(str(v.get("choice")) for v in self.decisions(device, FUSION_PREFIX).values()
                               if v.get("fuse") and v.get("choice")) if device == self.fusion_device else frozenset()
             self._pins[device] = (PinIndex(results, fastest_template_too=self.time_in_graph, also=fused)
                                   if results else None)
@@ -384,30 +388,31 @@ class ServePolicy:
 
         self._store_later(put)
 
-    # --- epilogue-fusion verdicts ----------------------------------------------------
-    def fusion_verdicts(self, device: str) -> dict[str, dict[str, Any]]:
-        """Every stored fusion verdict for device (key -> verdict), read once per process."""
-        from inductor_glue import fusion
+    # --- decisions Inductor takes by timing: fusion and padding verdicts ---------------
+    def decisions(self, device: str, prefix: str) -> dict[str, dict[str, Any]]:
+        """Every stored decision for device whose key starts with prefix (key -> value), read
+        once per process. Filed with the pointwise configs: data, per device and versions."""
         from inductor_glue.env import kernel_config_environment
 
-        if device not in self._fusions:
+        if (device, prefix) not in self._decisions:
             env = kernel_config_environment(device)
-            stored = self._call(lambda store: store.kernel_configs(env, fusion.PREFIX))
-            self._fusions[device] = dict(stored or {})
-        return self._fusions[device]
+            stored = self._call(lambda store: store.kernel_configs(env, prefix))
+            self._decisions[device, prefix] = dict(stored or {})
+        return self._decisions[device, prefix]
 
-    def save_fusion_verdict(self, device: str, key: str, verdict: dict[str, Any]) -> None:
-        """Keep a verdict Inductor just reached by benchmarking, without waiting for the store."""
+    def save_decision(self, device: str, prefix: str, key: str, value: dict[str, Any], counter: str) -> None:
+        """Keep a decision Inductor just reached by timing, without waiting for the store;
+        ``counter`` names the HookStats field that counts it once stored."""
         from inductor_glue.env import kernel_config_environment
 
-        self.fusion_verdicts(device)[key] = verdict
+        self.decisions(device, prefix)[key] = value
         if self._disabled or not self.settings.write_back or self.settings.read_only:
             return
         env = kernel_config_environment(device)
 
         def put(store: Any) -> None:
-            store.put_kernel_configs(env, {key: verdict})
-            self.stats.fusion_verdicts_saved += 1
+            store.put_kernel_configs(env, {key: value})
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
         self._store_later(put)
 
@@ -502,12 +507,13 @@ class WarmStart:
         self._holding_kernels = gpu is not None
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
-        self._serving_fusions = gpu is not None and policy.settings.fusion_verdicts
-        if self._serving_fusions:
-            from inductor_glue import fusion
+        self._serving_decisions = gpu is not None and policy.settings.verdicts
+        if self._serving_decisions:
+            from inductor_glue import fusion, padding
 
             policy.fusion_device = gpu
-            fusion.push(_FusionBook(policy, gpu))
+            fusion.push(_DecisionBook(policy, gpu, fusion.PREFIX, "fusion_verdicts"))
+            padding.push(_DecisionBook(policy, gpu, padding.PREFIX, "pad_decisions"))
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
@@ -576,10 +582,11 @@ class WarmStart:
             kernel_configs.release_compiles()
             if self._kernel_device is not None:
                 kernel_configs.pop()
-        if self._serving_fusions:
-            from inductor_glue import fusion
+        if self._serving_decisions:
+            from inductor_glue import fusion, padding
 
             fusion.pop()
+            padding.pop()
         self._policy.close()
         self.installed = False
         if _active is self:
@@ -595,21 +602,22 @@ class WarmStart:
         return f"WarmStart({self.stats}, installed={self.installed})"
 
 
-class _FusionBook:
-    """The policy's store as inductor_glue/fusion.py's book, for one GPU."""
+class _DecisionBook:
+    """The policy's store as a book of one kind of decision (inductor_glue/fusion.py,
+    padding.py) for one GPU; ``kind`` names its HookStats counters."""
 
-    def __init__(self, policy: ServePolicy, device: str) -> None:
-        self._policy = policy
-        self._device = device
+    def __init__(self, policy: ServePolicy, device: str, prefix: str, kind: str) -> None:
+        self._policy, self._device, self._prefix, self._kind = policy, device, prefix, kind
 
     def stored(self, key: str) -> dict[str, Any] | None:
-        return self._policy.fusion_verdicts(self._device).get(key)
+        return self._policy.decisions(self._device, self._prefix).get(key)
 
-    def record(self, key: str, verdict: dict[str, Any]) -> None:
-        self._policy.save_fusion_verdict(self._device, key, verdict)
+    def record(self, key: str, value: dict[str, Any]) -> None:
+        self._policy.save_decision(self._device, self._prefix, key, value, f"{self._kind}_saved")
 
     def served(self, key: str) -> None:
-        self._policy.stats.fusion_verdicts_served += 1
+        counter = f"{self._kind}_served"
+        setattr(self._policy.stats, counter, getattr(self._policy.stats, counter) + 1)
 
 
 _active: WarmStart | None = None

@@ -47,6 +47,9 @@ class PointwiseReport:
     artifacts_published: int = 0  # signed compiled artifacts stored (with a signing key)
     republished: int = 0  # publishing compiles run again: the first tuned kernels after compiling them
     packages_refused: int = 0  # models Dynamo could not package (their graphs still travel)
+    # Template fusions Inductor settled by benchmarking, stored; and ones served from the store.
+    fusion_verdicts_saved: int = 0
+    fusion_verdicts_served: int = 0
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
@@ -71,6 +74,8 @@ class PointwiseReport:
         self.gemm_misses += stats.misses
         self.artifacts_published += stats.artifacts_published
         self.packages_refused += stats.packages_refused
+        self.fusion_verdicts_saved += stats.fusion_verdicts_saved
+        self.fusion_verdicts_served += stats.fusion_verdicts_served
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
         self.verdicts += stats.verdicts
 
@@ -288,7 +293,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
     merged = PointwiseReport(seconds=seconds)
     for report in reports:
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
-                     "republished"):
+                     "republished", "fusion_verdicts_saved", "fusion_verdicts_served"):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts

@@ -88,10 +88,10 @@ class Settings:
     pin: bool = True
     # Hook: serve pointwise/reduction kernel configs (coordinate descent) from the cache too.
     kernel_configs: bool = True
-    # Hook on GPUs: serve the sweep's epilogue-fusion verdicts instead of benchmarking each
-    # template fusion again, so a job compiles the kernels whose configs were stored
-    # (inductor_glue/fusion.py).
-    fusion_verdicts: bool = True
+    # Hook on GPUs: serve the sweep's epilogue-fusion and padding verdicts instead of timing
+    # each again, so a job compiles the graph whose kernel configs were stored
+    # (inductor_glue/fusion.py, padding.py).
+    verdicts: bool = True
     # Device to capture and tune on: "cuda" or "cpu"; None picks cuda when present.
     device: str | None = None
     # Free-form Inductor config overrides, KEY=VALUE.

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 PREFIX = "fusion:"
 
 
-class FusionBook(Protocol):
-    """Where verdicts come from and go to (the hook's store, in autotune/hook.py)."""
+class DecisionBook(Protocol):
+    """Where decisions Inductor reaches by benchmarking come from and go to (the hook's
+    store, autotune/hook.py): fusion verdicts here, padding verdicts (padding.py)."""
 
     def stored(self, key: str) -> dict[str, Any] | None: ...
 
@@ -168,7 +169,7 @@ def recording(outcome: Any, multi: Any, keep: Callable[[dict[str, Any]], None]) 
     return type(outcome).from_callable(resolve, outcome.future)
 
 
-def _patched_speedup(original: Any, patch: StackedPatch[FusionBook]) -> Any:
+def _patched_speedup(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
     def speedup_by_fusion(self: Any, node1: Any, node2: Any) -> Any:
         book = patch.top
         found = _settled(node1, node2) if book is not None else None
@@ -206,10 +207,10 @@ def _scheduler_class() -> type:
     return Scheduler
 
 
-_SPEEDUP: StackedPatch[FusionBook] = StackedPatch(_scheduler_class, "speedup_by_fusion", _patched_speedup)
+_SPEEDUP: StackedPatch[DecisionBook] = StackedPatch(_scheduler_class, "speedup_by_fusion", _patched_speedup)
 
 
-def push(book: FusionBook) -> None:
+def push(book: DecisionBook) -> None:
     """Serve and record template fusion verdicts through ``book`` from now on."""
     _SPEEDUP.push(book)
 

@@ -1,5 +1,6 @@
-"""Epilogue-fusion verdicts (inductor_glue/fusion.py): keyed by graph and nodes, recorded
-when Inductor decides, served instead of a benchmark, stored as data.
+"""Epilogue-fusion and padding verdicts (inductor_glue/fusion.py, padding.py): keyed by
+graph and nodes (fusion) or Inductor's own key (padding), recorded when Inductor decides,
+served instead of a benchmark, stored as data.
 
 Inductor benchmarks a template's fusions only on GPUs (a CPU's C++ templates are never a
 MultiTemplateBuffer), so the template and the scheduler nodes here are small stand-ins
@@ -17,7 +18,7 @@ from torch._inductor.scheduler import FusionResult, Scheduler
 
 from autotune.hook import ServePolicy, warm_start
 from autotune.settings import Settings
-from inductor_glue import fusion, pinning
+from inductor_glue import fusion, padding, pinning
 
 
 class _Choice:
@@ -121,18 +122,65 @@ def test_verdicts_go_to_the_store_and_a_later_process_reads_them(sqlite_url: str
     # Filed per device type and versions, as pointwise configs are ("cpu" here: no GPU to name).
     key, verdict = fusion.PREFIX + "abc", {"fuse": True, "choice": "pin-b"}
     writer = ServePolicy(Settings(cache=sqlite_url))
-    writer.save_fusion_verdict("cpu", key, verdict)
+    writer.save_decision("cpu", fusion.PREFIX, key, verdict, "fusion_verdicts_saved")
+    writer.save_decision("cpu", padding.PREFIX, padding.decision_key("k"), {"pad": True, "key": "k"},
+                         "pad_decisions_saved")
     writer.flush(10.0)
-    assert writer.stats.fusion_verdicts_saved == 1
+    assert (writer.stats.fusion_verdicts_saved, writer.stats.pad_decisions_saved) == (1, 1)
     writer.close()
     reader = ServePolicy(Settings(cache=sqlite_url))
-    assert reader.fusion_verdicts("cpu") == {key: verdict}
+    assert reader.decisions("cpu", fusion.PREFIX) == {key: verdict}  # each kind under its own prefix
+    assert list(reader.decisions("cpu", padding.PREFIX)) == [padding.decision_key("k")]
     reader.close()
     read_only = ServePolicy(Settings(cache=sqlite_url, read_only=True))
-    read_only.save_fusion_verdict("cpu", fusion.PREFIX + "def", {"fuse": False, "choice": None})
+    read_only.save_decision("cpu", fusion.PREFIX, fusion.PREFIX + "def", {"fuse": False, "choice": None},
+                            "fusion_verdicts_saved")
     read_only.flush(10.0)
     assert read_only.stats.fusion_verdicts_saved == 0
     read_only.close()
+
+
+class _Book:
+    """A book in memory: what the hook's store does, without the store."""
+
+    def __init__(self, stored: dict[str, dict] | None = None) -> None:
+        self.values, self.recorded, self.served_keys = dict(stored or {}), {}, []
+
+    def stored(self, key: str) -> dict | None:
+        return self.values.get(key)
+
+    def record(self, key: str, value: dict) -> None:
+        self.recorded[key] = value
+
+    def served(self, key: str) -> None:
+        self.served_keys.append(key)
+
+
+def test_a_padding_verdict_is_recorded_where_inductor_times_it_and_served_before_its_own_file() -> None:
+    from torch._inductor.fx_passes import pad_mm
+    from torch._inductor.utils import fresh_cache
+
+    inductor_key = "((torch.Size([8192, 196]), (196, 1), torch.bfloat16), ...)"
+    first = _Book()
+    with fresh_cache():  # the node that timed it
+        padding.push(first)
+        try:
+            pad_mm.set_cached_should_pad(inductor_key, False)  # Inductor timed it: no padding
+        finally:
+            padding.pop()
+        assert pad_mm.get_cached_should_pad(inductor_key) is False  # Inductor's own file has it too
+    assert first.recorded == {padding.decision_key(inductor_key): {"pad": False, "key": inductor_key}}
+
+    job = _Book(first.recorded)
+    with fresh_cache():  # another node
+        assert pad_mm.get_cached_should_pad(inductor_key) is None  # Inductor would time it again
+        padding.push(job)
+        try:
+            assert pad_mm.get_cached_should_pad(inductor_key) is False
+            assert pad_mm.get_cached_should_pad("another matmul") is None  # unknown: Inductor decides
+        finally:
+            padding.pop()
+    assert job.served_keys == [padding.decision_key(inductor_key)]
 
 
 def test_the_config_a_fusion_verdict_names_is_generated_even_where_aten_won() -> None:
@@ -143,9 +191,12 @@ def test_the_config_a_fusion_verdict_names_is_generated_even_where_aten_won() ->
 
 
 def test_the_scheduler_patch_is_installed_on_gpus_only_and_removed_with_the_last_book(sqlite_url: str) -> None:
-    original = Scheduler.__dict__["speedup_by_fusion"]
-    with warm_start(sqlite_url):  # on a CPU the C++ backend never benchmarks a fusion
+    from torch._inductor.fx_passes import pad_mm
+
+    original, get_pad = Scheduler.__dict__["speedup_by_fusion"], pad_mm.get_cached_should_pad
+    with warm_start(sqlite_url):  # on a CPU the C++ backend never times a fusion or a padding
         assert Scheduler.__dict__["speedup_by_fusion"] is original
+        assert pad_mm.get_cached_should_pad is get_pad
     book = SimpleNamespace(stored=lambda key: None, record=lambda key, verdict: None, served=lambda key: None)
     fusion.push(book)
     fusion.push(book)

@@ -1,0 +1,80 @@
+"""Padding verdicts: whether Inductor pads a matmul's sizes, decided once.
+
+Before lowering, Inductor's ``pad_mm`` pass may pad a GEMM whose sizes are not aligned
+(K = 196 to 200, say). On GPUs it decides by timing the padded GEMM against the original
+(``should_pad_bench``) and keeps the answer in a file of the node's cache dir. A process
+with fresh caches times it again, and close calls flip: on an H100 the MLP-Mixer's sweep
+captured ``mm 8192x196 @ 196x256`` while its warm start padded it to ``8192x200 @ 200x256``,
+a request the sweep never saw: one miss, a GEMM tuned, and 23 pointwise kernels tuned
+again (run 90). GPT-2's and the Mixer's unexplained benchmarker
+calls at warm start (2 and 4: two timings per verdict) were these.
+
+So the sweep's pass records each verdict Inductor reaches, and a job serves it from the
+store before Inductor looks in its own file: the same graph as the pass, no timing. The
+key is Inductor's own (sizes, strides, dtypes, op, TF32), which holds nothing of a node.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cache.records import digest
+
+from .fusion import DecisionBook
+from .patching import StackedPatch
+
+log = logging.getLogger(__name__)
+
+PREFIX = "pad_mm:"
+
+
+def decision_key(inductor_key: str) -> str:
+    return PREFIX + digest(inductor_key)[:40]
+
+
+def _patched_get(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
+    def get_cached_should_pad(key: str) -> Any:
+        book = patch.top
+        stored = book.stored(decision_key(key)) if book is not None else None
+        if stored is not None and isinstance(stored.get("pad"), bool):
+            book.served(decision_key(key))
+            return stored["pad"]
+        return original(key)
+
+    return get_cached_should_pad
+
+
+def _patched_set(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
+    def set_cached_should_pad(key: str, value: bool) -> Any:
+        outcome = original(key, value)
+        book = patch.top
+        if book is not None:
+            try:
+                book.record(decision_key(key), {"pad": bool(value), "key": key})
+            except Exception:  # keeping a copy must never break the compile
+                log.debug("could not record a padding verdict", exc_info=True)
+        return outcome
+
+    return set_cached_should_pad
+
+
+def _pad_mm_module() -> Any:
+    from torch._inductor.fx_passes import pad_mm
+
+    return pad_mm
+
+
+_GET: StackedPatch[DecisionBook] = StackedPatch(_pad_mm_module, "get_cached_should_pad", _patched_get)
+_SET: StackedPatch[DecisionBook] = StackedPatch(_pad_mm_module, "set_cached_should_pad", _patched_set)
+
+
+def push(book: DecisionBook) -> None:
+    """Serve and record padding verdicts through ``book`` from now on."""
+    _GET.push(book)
+    _SET.push(book)
+
+
+def pop() -> None:
+    _GET.pop()
+    _SET.pop()

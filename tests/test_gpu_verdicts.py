@@ -1,0 +1,45 @@
+"""Fusion and padding verdicts on a GPU: a compile that times its template fusions and its
+matmul padding stores each verdict, and the next compile (fresh Inductor caches, as a job on
+another node) serves every one of them and times none.
+
+Skipped on the CPU-only CI with that reason: Inductor times template fusions and padding
+only on GPUs (the device tool runs it: `python -m pytest tests/test_gpu_verdicts.py`). The
+pure parts: tests/test_fusion_verdicts.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.hook import HookStats, warm_start
+from inductor_glue.capture import fresh_inductor
+
+
+def _compile_and_run(url: str) -> HookStats:
+    torch.manual_seed(0)
+    # K = 196 is not aligned: Inductor times the GEMM padded to 200 against it as is (the
+    # MLP-Mixer's token mixing, whose verdict flipped between processes on an H100, run 90).
+    net = torch.nn.Sequential(torch.nn.Linear(196, 256, bias=False), torch.nn.ReLU(),
+                              torch.nn.Linear(256, 512), torch.nn.GELU()).to("cuda", torch.bfloat16)
+    x = torch.randn(8192, 196, device="cuda", dtype=torch.bfloat16)
+    with fresh_inductor({}), warm_start(url) as hook:
+        torch.compile(net, mode="max-autotune-no-cudagraphs")(x)
+        torch.cuda.synchronize()
+        hook.flush()
+        return hook.stats
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: Inductor times template fusions and padding only on GPUs")
+def test_a_second_compile_serves_every_verdict_the_first_one_reached(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    first = _compile_and_run(url)  # misses: tuned and written back, fusions and padding timed
+    assert first.misses >= 2 and first.fusion_verdicts_saved >= 1 and first.pad_decisions_saved >= 1, first
+    second = _compile_and_run(url)
+    assert second.misses == 0, second
+    assert second.fusion_verdicts_served == first.fusion_verdicts_saved
+    assert second.pad_decisions_served == first.pad_decisions_saved
+    assert (second.fusion_verdicts_saved, second.pad_decisions_saved) == (0, 0)  # nothing left to time
