@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
+import json
 import logging
 import math
 import socket
@@ -84,6 +85,8 @@ class HookStats:
     fusion_verdicts_saved: int = 0
     pad_decisions_served: int = 0
     pad_decisions_saved: int = 0
+    # The first of them, "<kind> served|timed <key> <value>", to compare two compiles by.
+    verdict_log: list[str] = field(default_factory=list)
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
     # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
@@ -613,11 +616,18 @@ class _DecisionBook:
         return self._policy.decisions(self._device, self._prefix).get(key)
 
     def record(self, key: str, value: dict[str, Any]) -> None:
+        self._log("timed", key, value)
         self._policy.save_decision(self._device, self._prefix, key, value, f"{self._kind}_saved")
 
     def served(self, key: str) -> None:
+        self._log("served", key, self.stored(key))
         counter = f"{self._kind}_served"
         setattr(self._policy.stats, counter, getattr(self._policy.stats, counter) + 1)
+
+    def _log(self, what: str, key: str, value: Any) -> None:
+        entries = self._policy.stats.verdict_log
+        if len(entries) < 256:
+            entries.append(f"{self._kind} {what} {key} {json.dumps(value, sort_keys=True, default=str)}")
 
 
 _active: WarmStart | None = None

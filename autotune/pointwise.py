@@ -50,6 +50,9 @@ class PointwiseReport:
     # Template fusions Inductor settled by benchmarking, stored; and ones served from the store.
     fusion_verdicts_saved: int = 0
     fusion_verdicts_served: int = 0
+    pad_decisions_saved: int = 0
+    pad_decisions_served: int = 0
+    verdict_log: list[str] = field(default_factory=list)  # the hook's, per compile in order
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
@@ -76,6 +79,9 @@ class PointwiseReport:
         self.packages_refused += stats.packages_refused
         self.fusion_verdicts_saved += stats.fusion_verdicts_saved
         self.fusion_verdicts_served += stats.fusion_verdicts_served
+        self.pad_decisions_saved += stats.pad_decisions_saved
+        self.pad_decisions_served += stats.pad_decisions_served
+        self.verdict_log += stats.verdict_log
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
         self.verdicts += stats.verdicts
 
@@ -293,10 +299,12 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
     merged = PointwiseReport(seconds=seconds)
     for report in reports:
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
-                     "republished", "fusion_verdicts_saved", "fusion_verdicts_served"):
+                     "republished", "fusion_verdicts_saved", "fusion_verdicts_served", "pad_decisions_saved",
+                     "pad_decisions_served"):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts
+        merged.verdict_log += report.verdict_log
         merged.passes += report.passes
         merged.phases += report.phases
     # The lane that was ready last, and waited least, says whether start-up held the pass up.

@@ -175,19 +175,22 @@ def _patched_speedup(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
         found = _settled(node1, node2) if book is not None else None
         if found is None:
             return original(self, node1, node2)
-        multi, key = found
+        multi, key, graph = found
         stored = book.stored(key)
         served = serve(self, multi, stored) if stored is not None else None
         if served is not None:
             book.served(key)
             return served
-        return recording(original(self, node1, node2), multi, lambda verdict: book.record(key, verdict))
+        # The graph and the nodes' names travel with the verdict, to compare two compiles by.
+        where = {"graph": graph, "nodes": [node1.get_name(), node2.get_name()]}
+        return recording(original(self, node1, node2), multi, lambda verdict: book.record(key, {**verdict, **where}))
 
     return speedup_by_fusion
 
 
-def _settled(node1: Any, node2: Any) -> tuple[Any, str] | None:
-    """(the template, the verdict's key) for a fusion Inductor would benchmark; None otherwise."""
+def _settled(node1: Any, node2: Any) -> tuple[Any, str, str] | None:
+    """(the template, the verdict's key, the graph's fingerprint) for a fusion Inductor would
+    benchmark; None otherwise."""
     try:
         from torch._inductor.virtualized import V
 
@@ -195,7 +198,8 @@ def _settled(node1: Any, node2: Any) -> tuple[Any, str] | None:
         if found is None:
             return None
         multi, epilogue = found
-        return multi, fusion_key(graph_fingerprint(V.graph), node1, node2, epilogue)
+        graph = graph_fingerprint(V.graph)
+        return multi, fusion_key(graph, node1, node2, epilogue), graph
     except Exception:  # an Inductor without these internals: leave its fusions alone
         log.debug("no fusion key", exc_info=True)
         return None
