@@ -611,6 +611,7 @@ class _DecisionBook:
 
     def __init__(self, policy: ServePolicy, device: str, prefix: str, kind: str) -> None:
         self._policy, self._device, self._prefix, self._kind = policy, device, prefix, kind
+        self._served: set[str] = set()  # Inductor asks again about a pair it did not fuse
 
     def stored(self, key: str) -> dict[str, Any] | None:
         return self._policy.decisions(self._device, self._prefix).get(key)
@@ -620,6 +621,9 @@ class _DecisionBook:
         self._policy.save_decision(self._device, self._prefix, key, value, f"{self._kind}_saved")
 
     def served(self, key: str) -> None:
+        if key in self._served:
+            return
+        self._served.add(key)
         self._log("served", key, self.stored(key))
         counter = f"{self._kind}_served"
         setattr(self._policy.stats, counter, getattr(self._policy.stats, counter) + 1)

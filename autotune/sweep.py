@@ -454,7 +454,9 @@ class _Sweep:
             if self.local:
                 from inductor_glue.capture import capture_model
 
-                captured = capture_model(model, on_request=found, **self.kwargs)
+                captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
+                                         **self.kwargs)
+                self._store_pad_decisions(captured.pad_decisions)
             else:
                 captured = _remote_capture(str(model.path), self.options, self.settings, self.kwargs)
                 for request in captured.requests:
@@ -463,6 +465,23 @@ class _Sweep:
             entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
                                                             captured.seconds)
             self.report.capture_seconds += captured.seconds
+
+    def _pad_decisions(self) -> dict[str, dict[str, Any]]:
+        """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,
+        where Inductor does not time them): capture pads as they did."""
+        if self.device != "cuda":
+            return {}
+        from inductor_glue import padding
+        from inductor_glue.env import kernel_config_environment
+
+        return self.store.kernel_configs(kernel_config_environment(self.device), padding.PREFIX)
+
+    def _store_pad_decisions(self, decisions: dict[str, dict[str, Any]]) -> None:
+        """Store the padding verdicts capture timed, before the pass and the jobs need them."""
+        if decisions and not self.settings.read_only and not self.options.dry_run:  # a dry run writes nothing
+            from inductor_glue.env import kernel_config_environment
+
+            self.store.put_kernel_configs(kernel_config_environment(self.device), decisions)
 
     def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
         """Plan one request as capture finds it: cached, queued (streamed to workers), or

@@ -32,6 +32,9 @@ class CaptureResult:
     device: str
     seconds: float
     total_lookups: int = 0  # before dedupe, over every batch size and graph
+    # Padding verdicts this capture timed (GPUs; inductor_glue/padding.py): the sweep stores
+    # them, so its pass and every job pad as this capture did.
+    pad_decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -279,6 +282,7 @@ def capture_model(
     device: str = "cpu",
     dynamic: bool = False,
     on_request: Callable[[TuningRequest, Environment | None], None] | None = None,
+    pad_decisions: dict[str, dict[str, Any]] | None = None,
 ) -> CaptureResult:
     """Compile ``model`` in dry-run mode and list its requests.
 
@@ -289,12 +293,27 @@ def capture_model(
     are dynamic from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead;
     where two of them have one size, again as ``dynamic=True`` gives them (one symbol for both).
     ``on_request(request, env)`` is called for each new request as it is found,
-    while the compile goes on.
+    while the compile goes on. ``pad_decisions``: padding verdicts stored by an earlier
+    sweep, served instead of timed.
     """
+    from . import padding
     from .env import pin_triton_toolchain
 
     pin_triton_toolchain()
     policy = CapturePolicy(device=device, on_request=on_request)
+    pads = padding.MemoryBook(pad_decisions)
+    padding.push(pads)
+    try:
+        result = _capture_sessions(model, policy, batch_sizes, mode, inductor_config, train, device, dynamic)
+    finally:
+        padding.pop()
+    result.pad_decisions = pads.new
+    return result
+
+
+def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tuple[int | None, ...], mode: str,
+                      inductor_config: dict[str, Any] | None, train: bool, device: str,
+                      dynamic: bool) -> CaptureResult:
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
     if len(batch_sizes) > 1 and not dynamic:

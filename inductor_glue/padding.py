@@ -16,8 +16,9 @@ key is Inductor's own (sizes, strides, dtypes, op, TF32), which holds nothing of
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 from cache.records import digest
 
@@ -78,3 +79,48 @@ def push(book: DecisionBook) -> None:
 def pop() -> None:
     _GET.pop()
     _SET.pop()
+
+
+class MemoryBook:
+    """Verdicts kept in memory: the sweep's capture serves those stored by an earlier sweep
+    and keeps the ones it times (``new``), which the sweep then stores, so that its pass and
+    every job pad as the capture did and look up the requests it found."""
+
+    def __init__(self, stored: dict[str, dict[str, Any]] | None = None) -> None:
+        self.values: dict[str, dict[str, Any]] = dict(stored or {})
+        self.new: dict[str, dict[str, Any]] = {}
+
+    def stored(self, key: str) -> dict[str, Any] | None:
+        return self.values.get(key)
+
+    def record(self, key: str, value: dict[str, Any]) -> None:
+        self.values[key] = self.new[key] = value
+
+    def served(self, key: str) -> None:
+        pass
+
+
+class _AsRecorded:
+    """No padding, ever: a worker's one-op graph is built from the sizes capture recorded,
+    padded already where the model's graph was; padding it again, or padding what the graph
+    did not, made a request the worker could not match (the MLP-Mixer's ``addmm ... 256x196``
+    reproduced as ``256x200`` on an H100, run 91: ``key_mismatch``)."""
+
+    def stored(self, key: str) -> dict[str, Any] | None:
+        return {"pad": False}
+
+    def record(self, key: str, value: dict[str, Any]) -> None:
+        pass
+
+    def served(self, key: str) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def as_recorded() -> Iterator[None]:
+    """Compile without padding any matmul (see ``_AsRecorded``)."""
+    push(_AsRecorded())
+    try:
+        yield
+    finally:
+        pop()

@@ -204,3 +204,25 @@ def test_the_scheduler_patch_is_installed_on_gpus_only_and_removed_with_the_last
     assert Scheduler.__dict__["speedup_by_fusion"] is not original
     fusion.pop()
     assert Scheduler.__dict__["speedup_by_fusion"] is original
+
+
+def test_a_worker_pads_no_matmul_and_capture_keeps_what_it_timed() -> None:
+    from torch._inductor.fx_passes import pad_mm
+    from torch._inductor.utils import fresh_cache
+
+    with fresh_cache():
+        pad_mm.set_cached_should_pad("timed on this node", True)
+        with padding.as_recorded():  # the worker: the recorded sizes are the graph's, padded or not
+            assert pad_mm.get_cached_should_pad("timed on this node") is False
+            assert pad_mm.get_cached_should_pad("never timed") is False
+        assert pad_mm.get_cached_should_pad("timed on this node") is True
+    earlier = {padding.decision_key("stored"): {"pad": True, "key": "stored"}}
+    capture = padding.MemoryBook(earlier)
+    with fresh_cache():
+        padding.push(capture)
+        try:
+            assert pad_mm.get_cached_should_pad("stored") is True  # an earlier sweep's verdict
+            pad_mm.set_cached_should_pad("new", False)
+        finally:
+            padding.pop()
+    assert capture.new == {padding.decision_key("new"): {"pad": False, "key": "new"}}  # what the sweep stores

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from inductor_glue import padding
 from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
 from inductor_glue.pinning import fastest_template
 from inductor_glue.timing import kernel_bound_timing
@@ -185,7 +186,8 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
 
     graph = one_op_graph(job.request, job.device)
     config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
-    with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids):
+    with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids), \
+            padding.as_recorded():
         options = _without_cudagraphs(job.mode or "default", graph.dynamic)
         compiled = torch.compile(graph.fn, dynamic=graph.dynamic, options=options)
         with torch.no_grad():
