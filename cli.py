@@ -649,8 +649,11 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
                      if pointwise.artifacts_published else "")
         refused = f" (Dynamo could not package the model: {pointwise.packages_refused})" \
             if pointwise.packages_refused else ""
-        console.print(escape(f"end-to-end compile: {pointwise.saved} pointwise/reduction configs stored{artifacts}"
-                             f"{refused} in {pointwise.seconds:.1f} s{failed}"))
+        decided = pointwise.fusion_verdicts_saved + pointwise.pad_decisions_saved
+        verdicts = (f", {pointwise.fusion_verdicts_saved} fusion and {pointwise.pad_decisions_saved} padding "
+                    "verdicts" if decided else "")
+        console.print(escape(f"end-to-end compile: {pointwise.saved} pointwise/reduction configs{verdicts} stored"
+                             f"{artifacts}{refused} in {pointwise.seconds:.1f} s{failed}"))
         if pointwise.verdicts:
             console.print(escape(_verdict_line(pointwise.verdicts)))
         if pointwise.gemm_misses:  # the end-to-end check: a real compile of the model missed
