@@ -176,8 +176,12 @@ def _patched_speedup(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
         if found is None:
             return original(self, node1, node2)
         multi, key, graph = found
-        stored = book.stored(key)
-        served = serve(self, multi, stored) if stored is not None else None
+        try:
+            stored = book.stored(key)
+            served = serve(self, multi, stored) if stored is not None else None
+        except Exception:  # the cache never breaks a compile: Inductor decides as it would have
+            log.debug("could not serve a fusion verdict", exc_info=True)
+            served = None
         if served is not None:
             book.served(key)
             return served

@@ -37,8 +37,12 @@ def decision_key(inductor_key: str) -> str:
 def _patched_get(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
     def get_cached_should_pad(key: str) -> Any:
         book = patch.top
-        stored = book.stored(decision_key(key)) if book is not None else None
-        if stored is not None and isinstance(stored.get("pad"), bool):
+        try:
+            stored = book.stored(decision_key(key)) if book is not None else None
+        except Exception:  # the cache never breaks a compile: Inductor decides as it would have
+            log.debug("could not read a padding verdict", exc_info=True)
+            stored = None
+        if isinstance(stored, dict) and isinstance(stored.get("pad"), bool):
             book.served(decision_key(key))
             return stored["pad"]
         return original(key)

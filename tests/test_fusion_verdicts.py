@@ -226,3 +226,20 @@ def test_a_worker_pads_no_matmul_and_capture_keeps_what_it_timed() -> None:
         finally:
             padding.pop()
     assert capture.new == {padding.decision_key("new"): {"pad": False, "key": "new"}}  # what the sweep stores
+
+
+def test_a_book_that_fails_leaves_the_decision_to_inductor() -> None:
+    from torch._inductor.fx_passes import pad_mm
+    from torch._inductor.utils import fresh_cache
+
+    def broken(key: str) -> dict:
+        raise RuntimeError("the store is gone")
+
+    book = SimpleNamespace(stored=broken, record=lambda key, value: None, served=lambda key: None)
+    with fresh_cache():
+        pad_mm.set_cached_should_pad("timed here", True)
+        padding.push(book)
+        try:
+            assert pad_mm.get_cached_should_pad("timed here") is True  # Inductor's own answer
+        finally:
+            padding.pop()
