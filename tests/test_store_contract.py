@@ -144,6 +144,8 @@ def test_kernel_configs(store: Store) -> None:
     assert store.get_kernel_config(env, "pointwise:abc") == {"XBLOCK": 256}
     assert store.get_kernel_config(other_env, "pointwise:abc") is None
     assert store.stats()["kernel_configs"] == 1
+    store.put_kernel_configs(env, {"fusion:1": {"fuse": False}, "fusion:2": {"fuse": True}, "plain": {}})
+    assert store.stats()["kernel_configs_by_kind"] == {"-": 1, "fusion": 2, "pointwise": 1}
     with pytest.raises(TypeError):
         store.put_kernel_config(env, "k", {"fn": object()})
 

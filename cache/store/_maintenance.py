@@ -140,11 +140,20 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
                 "misses": count(M),
                 "miss_events": conn.execute(select(func.coalesce(func.sum(M.c.count), 0))).scalar_one(),
                 "kernel_configs": count(K),
+                "kernel_configs_by_kind": self._kernel_config_kinds(conn),
                 **artifacts_store.stats(conn),
                 "size_bytes": self._size_bytes(conn),
             }
 
         return self._read(work)
+
+    def _kernel_config_kinds(self, conn: Connection) -> dict[str, int]:
+        """kernel_configs rows counted by the part of their key before the first ':' (the
+        hook files pointwise configs, fusion and padding verdicts under their own prefixes)."""
+        position = (func.strpos(K.c.key, ":") if self.dialect == "postgresql" else func.instr(K.c.key, ":"))
+        kind = sa.case((position > 0, func.substr(K.c.key, 1, position - 1)), else_=sa.literal("-"))
+        rows = conn.execute(select(kind, func.count()).group_by(kind)).all()
+        return {str(name): int(n) for name, n in sorted(rows)}
 
     def _size_bytes(self, conn: Connection) -> int | None:
         if self.dialect == "postgresql":
