@@ -38,6 +38,11 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 
+# Fusion and padding verdicts (inductor_glue/fusion.py, padding.py): HookStats counts them
+# under the same names.
+_VERDICT_COUNTS = ("fusion_verdicts_saved", "fusion_verdicts_served", "pad_decisions_saved", "pad_decisions_served")
+
+
 @dataclass
 class PointwiseReport:
     saved: int = 0  # kernel configs copied into the cache
@@ -77,10 +82,8 @@ class PointwiseReport:
         self.gemm_misses += stats.misses
         self.artifacts_published += stats.artifacts_published
         self.packages_refused += stats.packages_refused
-        self.fusion_verdicts_saved += stats.fusion_verdicts_saved
-        self.fusion_verdicts_served += stats.fusion_verdicts_served
-        self.pad_decisions_saved += stats.pad_decisions_saved
-        self.pad_decisions_served += stats.pad_decisions_served
+        for name in _VERDICT_COUNTS:  # the hook's stats name them alike
+            setattr(self, name, getattr(self, name) + getattr(stats, name))
         self.verdict_log += stats.verdict_log
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
         self.verdicts += stats.verdicts
@@ -299,8 +302,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
     merged = PointwiseReport(seconds=seconds)
     for report in reports:
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
-                     "republished", "fusion_verdicts_saved", "fusion_verdicts_served", "pad_decisions_saved",
-                     "pad_decisions_served"):
+                     "republished", *_VERDICT_COUNTS):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts
