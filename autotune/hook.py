@@ -403,9 +403,9 @@ class ServePolicy:
             self._decisions[device, prefix] = dict(stored or {})
         return self._decisions[device, prefix]
 
-    def save_decision(self, device: str, prefix: str, key: str, value: dict[str, Any], counter: str) -> None:
+    def save_decision(self, device: str, prefix: str, key: str, value: dict[str, Any], counter: str | None) -> None:
         """Keep a decision Inductor just reached by timing, without waiting for the store;
-        ``counter`` names the HookStats field that counts it once stored."""
+        ``counter`` names the HookStats field that counts it once stored (None: counted already)."""
         from inductor_glue.env import kernel_config_environment
 
         self.decisions(device, prefix)[key] = value
@@ -415,7 +415,8 @@ class ServePolicy:
 
         def put(store: Any) -> None:
             store.put_kernel_configs(env, {key: value})
-            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+            if counter is not None:
+                setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
         self._store_later(put)
 
@@ -612,13 +613,16 @@ class _DecisionBook:
     def __init__(self, policy: ServePolicy, device: str, prefix: str, kind: str) -> None:
         self._policy, self._device, self._prefix, self._kind = policy, device, prefix, kind
         self._served: set[str] = set()  # Inductor asks again about a pair it did not fuse
+        self._recorded: set[str] = set()  # a pending fusion is recorded again once resolved
 
     def stored(self, key: str) -> dict[str, Any] | None:
         return self._policy.decisions(self._device, self._prefix).get(key)
 
     def record(self, key: str, value: dict[str, Any]) -> None:
         self._log("timed", key, value)
-        self._policy.save_decision(self._device, self._prefix, key, value, f"{self._kind}_saved")
+        counter = None if key in self._recorded else f"{self._kind}_saved"  # one per decision
+        self._recorded.add(key)
+        self._policy.save_decision(self._device, self._prefix, key, value, counter)
 
     def served(self, key: str) -> None:
         if key in self._served:

@@ -18,12 +18,22 @@ names; it names the Triton config the template was finalized with, by its pin ke
 else (an unknown pair, a config not generated, multi-kernel hints) falls back to Inductor's
 own benchmark, and what it decides is recorded.
 
-Data only: a boolean and a pin key, in the kernel_configs table under ``PREFIX``.
+A verdict is served in the form Inductor gave it: at once, or pending (resolved later
+with the other template fusions of its round). An answer given at once where Inductor's was
+pending fuses inside the scheduler's loop over candidate pairs, so the later pairs of that
+round see the fused node under another name: on an H200 a Llama decoder's rotary ``bmm``
+template had two prologue candidates, both fused in the pass, and the warm start, served
+the first at once, timed the second against the fused node and refused it, which changed
+every later kernel (benchmarks/results/conformance_nvidia-h200.md, run 95).
+
+Data only: a boolean, a pin key and the answer's form, in the kernel_configs table under
+``PREFIX``.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from typing import Any, Callable, Protocol
 
 from cache.records import digest
@@ -111,24 +121,51 @@ def _result(should_fuse: bool) -> Any:
     return FusionResult.fuse(should_fuse)
 
 
+def _pending(decide: Callable[[], bool], with_future: bool) -> Any | None:
+    """A pending answer, as Inductor's own: its future already done when Inductor's had one
+    (the scheduler then resolves it with the async-compiled fusions of its round)."""
+    try:
+        from torch._inductor.codecache import LambdaFuture
+        from torch._inductor.scheduler import FusionResult
+    except ImportError:
+        return None
+    future = None
+    if with_future:
+        done: Future[None] = Future()
+        done.set_result(None)
+        future = LambdaFuture(lambda: None, done)
+    return FusionResult.from_callable(decide, future)
+
+
+def _finalize(multi: Any, choice: Any) -> bool:
+    try:
+        multi.finalize_as_triton_caller(choice)
+    except AssertionError:  # the stored config's layout is not this buffer's
+        return False
+    return True
+
+
 def serve(scheduler: Any, multi: Any, verdict: dict[str, Any]) -> Any | None:
-    """The stored verdict as Inductor's answer, the template finalized as it was where the
-    verdict was reached; None when it cannot be applied here."""
+    """The stored verdict as Inductor's answer, in the form Inductor gave it, the template
+    finalized as it was where the verdict was reached; None when it cannot be applied here."""
     from torch._inductor import config
 
     if not isinstance(verdict.get("fuse"), bool) or config.multi_kernel_hints:
         return None
-    if not verdict["fuse"]:
-        return _result(False)
-    chosen = [c for c in multi.choices if _pin_key(c) is not None and _pin_key(c) == verdict.get("choice")]
-    conflict = getattr(scheduler, "_has_layout_conflict_for_template", None)
-    if len(chosen) != 1 or (conflict is not None and conflict(multi)):
+    chosen = None
+    if verdict["fuse"]:
+        named = [c for c in multi.choices if _pin_key(c) is not None and _pin_key(c) == verdict.get("choice")]
+        conflict = getattr(scheduler, "_has_layout_conflict_for_template", None)
+        if len(named) != 1 or (conflict is not None and conflict(multi)):
+            return None
+        chosen = named[0]
+    if verdict.get("pending") is True:
+        # Finalized when the scheduler resolves it, as Inductor's own benchmark would be; a
+        # layout that refuses the config then refuses the fusion (too late to benchmark).
+        return _pending(lambda: chosen is not None and _finalize(multi, chosen), verdict.get("future") is True)
+    if chosen is not None and not _finalize(multi, chosen):
         return None
-    try:
-        multi.finalize_as_triton_caller(chosen[0])
-    except AssertionError:  # the stored config's layout is not this buffer's
-        return None
-    return _result(True)
+    return _result(chosen is not None)
 
 
 def _verdict(multi: Any, fused: bool) -> dict[str, Any] | None:
@@ -141,29 +178,34 @@ def _verdict(multi: Any, fused: bool) -> dict[str, Any] | None:
 
 def recording(outcome: Any, multi: Any, keep: Callable[[dict[str, Any]], None]) -> Any:
     """``outcome`` of Inductor's speedup_by_fusion, with its verdict passed to ``keep`` once
-    known (at once, or when a pending fusion's benchmark is resolved)."""
+    known: at once, or for a pending fusion "not fused" now and its benchmark's verdict
+    when the scheduler resolves it (``keep`` may be called twice for one pair: last wins)."""
 
-    def note(fused: Any) -> None:
+    def note(fused: Any, form: dict[str, bool]) -> None:
         try:
             verdict = _verdict(multi, bool(fused))
             if verdict is not None:
-                keep(verdict)
+                keep({**verdict, **form})
         except Exception:  # keeping a copy must never break the compile
             log.debug("could not record a fusion verdict", exc_info=True)
 
     if isinstance(outcome, bool):
-        note(outcome)
+        note(outcome, {})
         return outcome
     if getattr(outcome, "should_fuse", None) is not None:
-        note(outcome.should_fuse)
+        note(outcome.should_fuse, {})
         return outcome
     pending = getattr(outcome, "callable_fn", None)
     if pending is None:
         return outcome
+    form = {"pending": True, "future": getattr(outcome, "future", None) is not None}
+    # Until Inductor resolves it: a compile that never does (its template fused with another
+    # candidate first) left this pair unfused, and a job that gets to resolve it must too.
+    note(False, {**form, "resolved": False})
 
     def resolve() -> bool:
         fused = pending()
-        note(fused)
+        note(fused, form)
         return fused
 
     return type(outcome).from_callable(resolve, outcome.future)

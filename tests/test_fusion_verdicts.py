@@ -13,7 +13,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
+from torch._inductor import ir
+from torch._inductor.virtualized import V
 from torch._inductor.scheduler import FusionResult, Scheduler
 
 from autotune.hook import ServePolicy, warm_start
@@ -85,9 +88,11 @@ def test_a_pending_fusion_is_recorded_when_inductor_resolves_it() -> None:
         return True
 
     outcome = fusion.recording(FusionResult.from_callable(benchmark), template, kept.append)
-    assert isinstance(outcome, FusionResult) and kept == []  # nothing is known before it runs
+    assert isinstance(outcome, FusionResult)
+    # Until it runs, not fused: a compile whose scheduler never resolves it fuses nothing there.
+    assert kept == [{"fuse": False, "choice": None, "pending": True, "future": False, "resolved": False}]
     assert outcome.callable_fn() is True
-    assert kept == [{"fuse": True, "choice": "pin-b"}]
+    assert kept[-1] == {"fuse": True, "choice": "pin-b", "pending": True, "future": False}  # and in which form
 
 
 def test_a_refused_fusion_is_recorded_and_an_unnamed_config_is_not() -> None:
@@ -108,6 +113,17 @@ def test_a_stored_verdict_is_served_without_a_benchmark() -> None:
     fused = fusion.serve(scheduler, template, {"fuse": True, "choice": "pin-b"})
     assert fused.should_fuse is True
     assert fusion.finalized_choice(template) is template.choices[2]  # finalized as the pass had it
+
+
+def test_a_verdict_reached_pending_is_served_pending_and_finalizes_when_resolved() -> None:
+    scheduler = SimpleNamespace(_has_layout_conflict_for_template=lambda multi: False)
+    template = _Template(None, "pin-a", "pin-b")
+    served = fusion.serve(scheduler, template, {"fuse": True, "choice": "pin-b", "pending": True, "future": True})
+    assert served.callable_fn is not None and served.future.future.done()  # as an async compile's, done
+    assert fusion.finalized_choice(template) is None  # nothing decided before the scheduler resolves it
+    assert served.callable_fn() is True and fusion.finalized_choice(template) is template.choices[2]
+    refused = fusion.serve(scheduler, template, {"fuse": False, "choice": None, "pending": True, "future": False})
+    assert refused.future is None and refused.callable_fn() is False
 
 
 def test_a_verdict_that_cannot_apply_here_falls_back_to_inductor() -> None:
@@ -243,3 +259,154 @@ def test_a_book_that_fails_leaves_the_decision_to_inductor() -> None:
             assert pad_mm.get_cached_should_pad("timed here") is True  # Inductor's own answer
         finally:
             padding.pop()
+
+
+# ------------------------------------------------ one round of Inductor's template fusions
+
+class _Multi(ir.MultiTemplateBuffer):
+    """A MultiTemplateBuffer with only what the glue and the scheduler's round read."""
+
+    choices = None  # shadows the base class's property
+    allow_prologue_fusion = True
+    allow_epilogue_fusion = True
+
+    def __init__(self, *keys: str) -> None:  # no IR behind it
+        self.choices = [_Choice(key) for key in keys]
+        self.make_kernel_render = None
+
+    def finalize_as_triton_caller(self, choice: _Choice) -> None:
+        self.make_kernel_render = choice.get_make_kernel_render()
+
+
+class _SchedulerNode:
+    def __init__(self, *parts: Any, template: _Multi | None = None) -> None:
+        self.snodes, self.template = [p for part in parts for p in part.snodes] or [self], template
+        self.name = "_".join(n.name for n in self.snodes) if parts else ""
+
+    def get_name(self) -> str:
+        return self.name
+
+    def get_first_name(self) -> str:
+        return self.snodes[0].name
+
+    def get_nodes(self) -> list[Any]:
+        return self.snodes
+
+    def is_template(self) -> bool:
+        return any(n.template is not None for n in self.snodes)
+
+    def get_template_node(self) -> _Multi | None:
+        return next((n.template for n in self.snodes if n.template is not None), None)
+
+
+def _leaf(name: str, template: _Multi | None = None) -> _SchedulerNode:
+    node = _SchedulerNode(template=template)
+    node.name = name
+    return node
+
+
+class _Round:
+    """Inductor's own round of template fusions (``Scheduler._try_fusion_pairs`` and
+    ``_evaluate_pending_template_fusions``, unchanged) over stand-in nodes: a ``bmm`` template
+    ``op5`` whose two inputs are pointwise prologues ``op3`` and ``op4``, as in a Llama
+    decoder's rotary embedding."""
+
+    _try_fusion_pairs = Scheduler._try_fusion_pairs
+    _evaluate_pending_template_fusions = Scheduler._evaluate_pending_template_fusions
+    fuse_if_speedup = Scheduler.fuse_if_speedup
+
+    def __init__(self, book: Any) -> None:
+        self.template = _Multi("pin-a", "pin-b")
+        self.nodes = [_leaf("op3"), _leaf("op4"), _leaf("op5", self.template)]
+        self.name_to_fused_node = {n.name: n for n in self.nodes}
+        self.seen_template_fusions: set[Any] = set()
+        self.benchmarks = 0
+        patch = SimpleNamespace(top=book)
+        self.speedup_by_fusion = fusion._patched_speedup(type(self)._inductor_benchmark, patch).__get__(self)
+
+    def _inductor_benchmark(self, node1: Any, node2: Any) -> Any:
+        """Inductor's answer for a template fusion: pending on an async compile, fused with pin-b."""
+        def benchmark() -> bool:
+            self.benchmarks += 1
+            self.template.finalize_as_triton_caller(self.template.choices[1])
+            return True
+        return FusionResult.from_callable(benchmark, fusion._pending(lambda: True, True).future)
+
+    def get_fused_node(self, node: Any) -> Any:
+        return self.name_to_fused_node[node.get_first_name()]
+
+    def can_fuse(self, node1: Any, node2: Any, is_reorder_round: bool = False) -> bool:
+        return True
+
+    def will_fusion_create_cycle(self, node1: Any, node2: Any) -> bool:
+        return False
+
+    def _has_layout_conflict_for_template(self, multi: Any) -> bool:
+        return False
+
+    def fuse_two_nodes(self, node1: Any, node2: Any, fused_nodes: Any) -> Any:
+        fused = _SchedulerNode(node1, node2)
+        for node in fused.snodes:
+            self.name_to_fused_node[node.name] = fused
+        fused_nodes.discard(node1)
+        fused_nodes.discard(node2)
+        fused_nodes.add(fused)
+        return fused
+
+    def run(self) -> set[str]:
+        """The pairs in Inductor's order; what was fused, by node names."""
+        op3, op4, op5 = self.nodes
+        fused_nodes, template_fusions = set(self.nodes), {}
+        with V.set_graph_handler(_graph(_mm_relu, torch.randn(8, 16), torch.randn(16, 4))):
+            self._try_fusion_pairs([(op4, op5), (op3, op5)], {}, template_fusions, fused_nodes, False)
+            self._evaluate_pending_template_fusions(template_fusions, fused_nodes)
+        return {"+".join(sorted(n.name for n in node.snodes)) for node in fused_nodes}
+
+
+needs_the_round = pytest.mark.skipif(
+    not hasattr(Scheduler, "_evaluate_pending_template_fusions"),
+    reason="this torch's scheduler has no round of pending template fusions to replay")
+
+
+@needs_the_round
+def test_a_job_served_the_verdicts_fuses_what_the_pass_fused_without_a_benchmark() -> None:
+    sweep = _Book()
+    timed = _Round(sweep)
+    assert timed.run() == {"op3+op4+op5"} and timed.benchmarks == 2  # both prologues fused
+    assert all(v["pending"] is True and v["future"] is True for v in sweep.recorded.values())
+
+    job = _Book(sweep.recorded)
+    served = _Round(job)
+    assert served.run() == {"op3+op4+op5"}
+    assert served.benchmarks == 0 and len(job.served_keys) == 2
+    assert fusion.finalized_choice(served.template) is served.template.choices[1]
+
+
+@needs_the_round
+def test_verdicts_served_at_once_would_change_the_round() -> None:
+    # Why the form is kept: answered at once, the first prologue fuses inside the loop over
+    # pairs, the second pair then names the fused node, misses, and is benchmarked again.
+    sweep = _Book()
+    _Round(sweep).run()
+    at_once = {key: {k: v for k, v in verdict.items() if k not in ("pending", "future")}
+               for key, verdict in sweep.recorded.items()}
+    job = _Book(at_once)
+    served = _Round(job)
+    served.run()
+    assert served.benchmarks == 1 and len(job.served_keys) == 1
+
+
+def test_a_pair_recorded_pending_then_resolved_is_stored_once_as_resolved(sqlite_url: str) -> None:
+    from autotune.hook import _DecisionBook
+
+    key, writer = fusion.PREFIX + "pair", ServePolicy(Settings(cache=sqlite_url))
+    book = _DecisionBook(writer, "cpu", fusion.PREFIX, "fusion_verdicts")
+    book.record(key, {"fuse": False, "choice": None, "pending": True, "future": True, "resolved": False})
+    book.record(key, {"fuse": True, "choice": "pin-b", "pending": True, "future": True})
+    writer.flush(10.0)
+    assert writer.stats.fusion_verdicts_saved == 1  # one decision
+    writer.close()
+    reader = ServePolicy(Settings(cache=sqlite_url))
+    assert reader.decisions("cpu", fusion.PREFIX)[key] == {"fuse": True, "choice": "pin-b", "pending": True,
+                                                            "future": True}
+    reader.close()
