@@ -767,6 +767,49 @@ def start(args: argparse.Namespace) -> Run:
     return Run(args, device, label, out, report, started)
 
 
+def merge_files(paths: list[Path]) -> dict[str, Any]:
+    """Results files of runs on one kind of GPU (one queue per GPU of a host, say) as one:
+    a later file's steps replace an earlier's of the same model, mode and step."""
+    merged: dict[str, Any] = {"models": {}, "invocations": []}
+    for path in paths:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BadInput(f"{path} is unreadable ({exc}): pass conformance results files to --merge") from exc
+        first, machine = merged.get("machine") or {}, report.get("machine") or {}
+        for key in ("gpu", "torch"):
+            if first and first.get(key) != machine.get(key):
+                raise BadInput(f"{path} was taken with {key} {machine.get(key)!r}, the first file with "
+                               f"{first.get(key)!r}: merge only results of one kind of machine")
+        merged.update({k: v for k, v in report.items() if k not in ("models", "invocations")})
+        merged["invocations"] += report.get("invocations", [])
+        for model, entry in report.get("models", {}).items():
+            target = merged["models"].setdefault(model, {})
+            target.update({k: v for k, v in entry.items() if k != "modes"})
+            for mode, group in entry.get("modes", {}).items():
+                into = target.setdefault("modes", {}).setdefault(mode, {"steps": {}})
+                into.update({k: v for k, v in group.items() if k != "steps"})
+                into["steps"].update(group.get("steps", {}))
+    merged["invocations"].sort(key=lambda invocation: invocation.get("date", ""))
+    return merged
+
+
+def _merge(args: argparse.Namespace) -> int:
+    try:
+        report = merge_files([Path(p) for p in args.merge])
+    except BadInput as error:
+        print(f"conformance.py: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    gpu = (report.get("machine") or {}).get("gpu")
+    out = Path(args.out) / f"conformance_{ct.slug(gpu) if gpu else 'cpu'}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    Path(f"{out}.md").write_text(render_markdown(report))
+    print_table(report)
+    print(f"\nwrote {out}.md and {out}.json from {len(args.merge)} files")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="conformance.py", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -775,7 +818,8 @@ def build_parser() -> argparse.ArgumentParser:
         "modes; first call against default mode and latency against cold max-autotune.",
         epilog="models: " + ", ".join(zoo.ZOO) + f"\nCPU subset (--subset cpu): {', '.join(zoo.CPU_SUBSET)}\n\n"
         "examples:\n  python benchmarks/conformance.py --models resnet50,vit_b_16 --out $OUT\n"
-        "  python benchmarks/conformance.py --subset cpu --out /tmp/conformance")
+        "  python benchmarks/conformance.py --subset cpu --out /tmp/conformance\n"
+        "  python benchmarks/conformance.py --merge g0/conformance_nvidia-h200.json g1/conformance_nvidia-h200.json")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
     chosen.add_argument("--subset", choices=("cpu",), default=None,
@@ -805,6 +849,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-caches", action="store_true",
                         help="keep each sweep's database after its warm starts are done (default: deleted then)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--merge", nargs="+", metavar="FILE", default=None,
+                        help="run nothing: merge these results files (runs on one kind of GPU, e.g. one queue "
+                        "per GPU of a host) into --out's conformance_<gpu>.md/.json")
     return parser
 
 
@@ -813,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv_text = " ".join(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    if args.merge:
+        return _merge(args)
     if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
         print("conformance.py: --budget, --timeout and --runs must be positive", file=sys.stderr)
         return EXIT_BAD_INPUT

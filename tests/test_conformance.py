@@ -271,3 +271,28 @@ def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_p
     group = run.report["models"]["mlp_mixer"]["modes"]["infer"]
     assert (group["steps"]["sweep"]["found"], group["steps"]["sweep"]["dynamic"]) == (7, True)
     assert "sweep_passes" not in group
+
+
+def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleType, tmp_path: Path) -> None:
+    machine = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130"}
+
+    def results(name: str, models: dict[str, Any], date: str, **extra: Any) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"machine": {**machine, **extra}, "invocations": [{"date": date, "argv": name}],
+                                    "models": models}))
+        return path
+
+    def row(*steps: str) -> dict[str, Any]:
+        return {"library": "torch", "modes": {"infer": {"batch": 8, "steps": {s: {"status": "ok"} for s in steps}}}}
+
+    first = results("g0.json", {"gpt2": row("sweep", "warm/static"), "bert": row("sweep")}, "2026-11-26T09:30")
+    second = results("g1.json", {"bert": row("warm/static", "cold/static"), "t5": row("sweep")}, "2026-11-26T09:20")
+    out = tmp_path / "out"
+    assert conf.main(["--merge", str(first), str(second), "--out", str(out)]) == 0
+    merged = json.loads((out / "conformance_nvidia-h200.json").read_text())
+    assert set(merged["models"]) == {"gpt2", "bert", "t5"}
+    assert set(merged["models"]["bert"]["modes"]["infer"]["steps"]) == {"sweep", "warm/static", "cold/static"}
+    assert [i["argv"] for i in merged["invocations"]] == ["g1.json", "g0.json"]  # in time order
+    assert (out / "conformance_nvidia-h200.md").read_text().startswith("# ")
+    other = results("h100.json", {}, "2026-11-26T09:40", gpu="NVIDIA H100 80GB HBM3")
+    assert conf.main(["--merge", str(first), str(other), "--out", str(out)]) == 2
