@@ -801,12 +801,11 @@ def _merge(args: argparse.Namespace) -> int:
         print(f"conformance.py: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     gpu = (report.get("machine") or {}).get("gpu")
-    out = Path(args.out) / f"conformance_{ct.slug(gpu) if gpu else 'cpu'}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    Path(f"{out}.md").write_text(render_markdown(report))
+    merged = Run(args, report.get("device", "cuda" if gpu else "cpu"), ct.slug(gpu) if gpu else "cpu",
+                 Path(args.out), report, time.monotonic())
+    merged.save()  # the files and names of a run's own results
     print_table(report)
-    print(f"\nwrote {out}.md and {out}.json from {len(args.merge)} files")
+    print(f"\nwrote {merged.md_path} and {merged.json_path} from {len(args.merge)} files")
     return 0
 
 
