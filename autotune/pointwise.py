@@ -187,6 +187,8 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
     graph was compiled before that kernel's config was known (when it may run again)."""
     import torch
 
+    from inductor_glue.timing import kernel_bound_timing
+
     from .hook import warm_start_for_pass
 
     overrides = {**model.config_overrides, **(inductor_config or {})}
@@ -197,7 +199,13 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
                                                         time_in_graph=current.time_in_graph) as handle:
         before = compile_phase_totals()
         try:
-            _run_end_to_end(model, module, inputs, mode, train, device)
+            # Every GPU timing of the pass is kernel-bound (inductor_glue/timing.py): its
+            # pointwise autotuning and coordinate descent, whose winners jobs replay, its
+            # fusion benchmarks and its GEMM verdicts. A pointwise kernel runs in a few
+            # microseconds, less than its launch from Python: timed with the launch, its
+            # configs look alike, more so on a CPU busy with other compiles.
+            with kernel_bound_timing(device):
+                _run_end_to_end(model, module, inputs, mode, train, device)
             if device == "cuda":
                 torch.cuda.synchronize()
             if current.publishes and current.may_republish and handle.kernels_tuned:
