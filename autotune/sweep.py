@@ -300,9 +300,10 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes, spares)
 
 
-def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any]) -> CaptureResult:
+def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any],
+                    store: Any) -> tuple[CaptureResult, Environment | None]:
     """Capture on a GPU node of the cluster: the model file travels alone (its own imports
-    must be installed there)."""
+    must be installed there). Also the environment its padding verdicts are filed under."""
     import ray
 
     from inductor_glue.capture import CaptureResult
@@ -315,8 +316,8 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
         raise WorkerError("this host has no GPU to capture on and the Ray cluster has none either; "
                           "join a cluster with GPUs (--address), or pass --device cpu")
     task = ray.remote(num_gpus=1)(remote_capture)
-    data = ray.get(task.remote(Path(path).read_text(), Path(path).name, {**kwargs, "entry": options.entry}))
-    return CaptureResult(
+    data = ray.get(task.remote(Path(path).read_text(), Path(path).name, {**kwargs, "entry": options.entry}, store))
+    captured = CaptureResult(
         env=Environment.from_json(data["env"]) if data["env"] else None,
         requests=[TuningRequest.from_json(r) for r in data["requests"]],
         config_overrides=data["config_overrides"],
@@ -324,7 +325,9 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
         device=data["device"],
         seconds=data["seconds"],
         total_lookups=data["total_lookups"],
+        pad_decisions=data.get("pad_decisions") or {},
     )
+    return captured, Environment.from_json(data["pad_env"]) if data.get("pad_env") else None
 
 
 def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> list[Any]:
@@ -458,7 +461,9 @@ class _Sweep:
                                          **self.kwargs)
                 self._store_pad_decisions(captured.pad_decisions)
             else:
-                captured = _remote_capture(str(model.path), self.options, self.settings, self.kwargs)
+                captured, pad_env = _remote_capture(str(model.path), self.options, self.settings, self.kwargs,
+                                                    self.store)
+                self._store_pad_decisions(captured.pad_decisions, pad_env)
                 for request in captured.requests:
                     entry.new += self._found(request, captured.env, captured.config_overrides)
             self.report.env = self.report.env or captured.env
@@ -476,12 +481,13 @@ class _Sweep:
 
         return self.store.kernel_configs(kernel_config_environment(self.device), padding.PREFIX)
 
-    def _store_pad_decisions(self, decisions: dict[str, dict[str, Any]]) -> None:
-        """Store the padding verdicts capture timed, before the pass and the jobs need them."""
+    def _store_pad_decisions(self, decisions: dict[str, dict[str, Any]], env: Environment | None = None) -> None:
+        """Store the padding verdicts capture timed, before the pass and the jobs need them,
+        under ``env`` (a remote capture's GPU) or this host's device."""
         if decisions and not self.settings.read_only and not self.options.dry_run:  # a dry run writes nothing
             from inductor_glue.env import kernel_config_environment
 
-            self.store.put_kernel_configs(kernel_config_environment(self.device), decisions)
+            self.store.put_kernel_configs(env or kernel_config_environment(self.device), decisions)
 
     def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
         """Plan one request as capture finds it: cached, queued (streamed to workers), or

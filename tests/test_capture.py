@@ -139,3 +139,15 @@ def test_a_model_file_is_imported_under_its_stem_as_a_training_script_imports_it
     assert model.factory.__module__ == "my_model"
     assert module_name_for(tmp_path / "json.py").startswith("autotune_model_")  # the standard library's json
     assert module_name_for(tmp_path / "my-model.py").startswith("autotune_model_")  # no importable name
+
+
+def test_remote_capture_finds_what_a_local_capture_finds_and_files_no_padding_on_a_cpu() -> None:
+    # The Ray task a GPU-less sweep host sends to a GPU node (called here without Ray): the
+    # model file travels as text. On a CPU Inductor times no padding, so nothing is filed.
+    from cache.records import TuningRequest
+    from workers.actor import remote_capture
+
+    local = capture_file(TINY)
+    data = remote_capture(Path(TINY).read_text(), Path(TINY).name, {"device": "cpu"})
+    assert [TuningRequest.from_json(r).key for r in data["requests"]] == [r.key for r in local.requests]
+    assert (data["pad_decisions"], data["pad_env"]) == ({}, None)

@@ -43,3 +43,31 @@ def test_a_second_compile_serves_every_verdict_the_first_one_reached(tmp_path: P
     assert second.fusion_verdicts_served == first.fusion_verdicts_saved
     assert second.pad_decisions_served == first.pad_decisions_saved
     assert (second.fusion_verdicts_saved, second.pad_decisions_saved) == (0, 0)  # nothing left to time
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: Inductor times matmul padding only on GPUs")
+def test_a_remote_capture_returns_its_padding_verdicts_and_pads_as_stored_ones_say(tmp_path: Path) -> None:
+    # The Ray task a GPU-less sweep host sends to a GPU node, called here without Ray.
+    from cache.records import Environment, TuningRequest
+    from cache.store import Store
+    from workers.actor import remote_capture
+
+    model = tmp_path / "unaligned.py"
+    model.write_text(
+        "import torch\n\n"
+        "def example(batch_size=None):\n"
+        "    net = torch.nn.Sequential(torch.nn.Linear(196, 256, bias=False), torch.nn.ReLU())\n"
+        "    return net.to('cuda', torch.bfloat16).eval(), "
+        "(torch.randn(batch_size or 8192, 196, device='cuda', dtype=torch.bfloat16),)\n")
+    kwargs = {"device": "cuda", "mode": "max-autotune-no-cudagraphs"}
+    with Store(f"sqlite:///{tmp_path / 'cache.db'}") as store:
+        with fresh_inductor({}):
+            first = remote_capture(model.read_text(), model.name, kwargs, store)
+        assert first["pad_decisions"] and first["pad_env"] is not None, first
+        store.put_kernel_configs(Environment.from_json(first["pad_env"]), first["pad_decisions"])
+        with fresh_inductor({}):
+            second = remote_capture(model.read_text(), model.name, kwargs, store)
+    assert second["pad_decisions"] == {}  # every verdict served from the store, none timed again
+    keys = [[TuningRequest.from_json(r).key for r in data["requests"]] for data in (first, second)]
+    assert keys[0] == keys[1]

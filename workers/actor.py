@@ -141,17 +141,22 @@ def _node_id() -> str | None:
         return None
 
 
-def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Capture on a Ray worker that has the target device (the sweep host may not)."""
+def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], store: Any | None = None) -> dict[str, Any]:
+    """Capture on a Ray worker that has the target device (the sweep host may not).
+
+    Padding verdicts are filed under the GPU's own environment, which only this node can
+    name: capture pads as the verdicts stored in ``store`` say (as a local capture does),
+    and the new ones come back with that environment, for the sweep to store."""
     import tempfile
     from pathlib import Path
 
     from inductor_glue.capture import capture_file
 
+    pad_env = _pad_environment(kwargs.get("device", "cuda"))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / model_name
         path.write_text(model_source)
-        result = capture_file(str(path), **kwargs)
+        result = capture_file(str(path), pad_decisions=_stored_pad_decisions(store, pad_env), **kwargs)
     return {
         "env": result.env.to_json() if result.env else None,
         "requests": [r.to_json() for r in result.requests],
@@ -160,4 +165,29 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any]) -
         "device": result.device,
         "seconds": result.seconds,
         "total_lookups": result.total_lookups,
+        "pad_decisions": result.pad_decisions,
+        "pad_env": pad_env.to_json() if pad_env is not None else None,
     }
+
+
+def _pad_environment(device: str) -> Any | None:
+    """Where padding verdicts are filed on this node; None on a CPU (Inductor times none)."""
+    if device != "cuda":
+        return None
+    from inductor_glue.env import kernel_config_environment
+
+    return kernel_config_environment(device)
+
+
+def _stored_pad_decisions(store: Any | None, env: Any | None) -> dict[str, dict[str, Any]]:
+    """The padding verdicts stored for ``env``; none when the cache cannot be read from here
+    (capture then times its own, as on a fresh cache)."""
+    if store is None or env is None:
+        return {}
+    from inductor_glue import padding
+
+    try:
+        return store.kernel_configs(env, padding.PREFIX)
+    except Exception as exc:
+        log.warning("remote capture could not read the stored padding verdicts (%s); timing its own", exc)
+        return {}
