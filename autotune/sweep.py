@@ -474,20 +474,19 @@ class _Sweep:
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
         """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,
         where Inductor does not time them): capture pads as they did."""
-        if self.device != "cuda":
-            return {}
         from inductor_glue import padding
-        from inductor_glue.env import kernel_config_environment
 
-        return self.store.kernel_configs(kernel_config_environment(self.device), padding.PREFIX)
+        return padding.stored_decisions(self.store, padding.filed_under(self.device))
 
     def _store_pad_decisions(self, decisions: dict[str, dict[str, Any]], env: Environment | None = None) -> None:
         """Store the padding verdicts capture timed, before the pass and the jobs need them,
         under ``env`` (a remote capture's GPU) or this host's device."""
         if decisions and not self.settings.read_only and not self.options.dry_run:  # a dry run writes nothing
-            from inductor_glue.env import kernel_config_environment
+            from inductor_glue import padding
 
-            self.store.put_kernel_configs(env or kernel_config_environment(self.device), decisions)
+            target = env or padding.filed_under(self.device)
+            if target is not None:  # None: a CPU, where Inductor times no padding
+                self.store.put_kernel_configs(target, decisions)
 
     def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
         """Plan one request as capture finds it: cached, queued (streamed to workers), or

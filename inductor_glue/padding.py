@@ -20,7 +20,7 @@ import contextlib
 import logging
 from typing import Any, Iterator
 
-from cache.records import digest
+from cache.records import Environment, digest
 
 from .fusion import DecisionBook
 from .patching import StackedPatch
@@ -32,6 +32,21 @@ PREFIX = "pad_mm:"
 
 def decision_key(inductor_key: str) -> str:
     return PREFIX + digest(inductor_key)[:40]
+
+
+def filed_under(device: str) -> Environment | None:
+    """The environment this node's padding verdicts are filed under (its GPU and versions);
+    None on a CPU, where Inductor times no padding."""
+    if device != "cuda":
+        return None
+    from .env import kernel_config_environment
+
+    return kernel_config_environment(device)
+
+
+def stored_decisions(store: Any, env: Environment | None) -> dict[str, dict[str, Any]]:
+    """The verdicts stored under ``env`` (none for None): a capture pads as they say."""
+    return store.kernel_configs(env, PREFIX) if env is not None else {}
 
 
 def _patched_get(original: Any, patch: StackedPatch[DecisionBook]) -> Any:

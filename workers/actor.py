@@ -150,9 +150,10 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], s
     import tempfile
     from pathlib import Path
 
+    from inductor_glue import padding
     from inductor_glue.capture import capture_file
 
-    pad_env = _pad_environment(kwargs.get("device", "cuda"))
+    pad_env = padding.filed_under(kwargs.get("device", "cuda"))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / model_name
         path.write_text(model_source)
@@ -170,24 +171,15 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], s
     }
 
 
-def _pad_environment(device: str) -> Any | None:
-    """Where padding verdicts are filed on this node; None on a CPU (Inductor times none)."""
-    if device != "cuda":
-        return None
-    from inductor_glue.env import kernel_config_environment
-
-    return kernel_config_environment(device)
-
-
 def _stored_pad_decisions(store: Any | None, env: Any | None) -> dict[str, dict[str, Any]]:
     """The padding verdicts stored for ``env``; none when the cache cannot be read from here
     (capture then times its own, as on a fresh cache)."""
-    if store is None or env is None:
+    if store is None:
         return {}
     from inductor_glue import padding
 
     try:
-        return store.kernel_configs(env, padding.PREFIX)
+        return padding.stored_decisions(store, env)
     except Exception as exc:
         log.warning("remote capture could not read the stored padding verdicts (%s); timing its own", exc)
         return {}
