@@ -74,17 +74,14 @@ def _calls(elements: int, launch_us: float) -> dict[str, Callable[[], Any]]:
 
 
 def _profiled_us(call: Callable[[], Any], reps: int = 50) -> float:
+    """The profiler's GPU time per call (compile_time.py's kernel profile), after a warm-up."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+
+    from compile_time import _kernel_profile
 
     call()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            call()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.device_time > 0]
-    return statistics.median(e.device_time for e in kernels)
+    return _kernel_profile(call, torch.cuda.synchronize, calls=reps)[1]
 
 
 def measure(calls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, Any]:
@@ -118,11 +115,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="write timing_load_<gpu>.md/.json here")
     args = parser.parse_args()
     import torch
-    import triton
 
     if not torch.cuda.is_available():
         print("diag_timing_load: no CUDA GPU here; run it on a GPU machine", file=sys.stderr)
         return 2
+    import triton
     calls = _calls(args.elements, args.launch_us)
     truth = {name: round(_profiled_us(call), 2) for name, call in calls.items() if name.endswith("/aten")}
     result: dict[str, Any] = {
@@ -145,7 +142,7 @@ def render(result: dict[str, Any]) -> str:
     truth = result["profiler_kernel_us"]
     lines = [f"# Timing a microsecond kernel: {result['gpu']}", "",
              f"{result['date']}, `{result['command']}`; torch {result['torch']}, triton {result['triton']}, "
-             f"{result['cpus']} CPUs. Profiler kernel time: small {truth['small/aten']} us, large "
+             f"{result['cpus']} CPUs. Profiler kernel time per call: small {truth['small/aten']} us, large "
              f"{truth['large/aten']} us. Busy: one spinning process per CPU beside the timer.", "",
              "| CPU | timer | launch | small us | large us | small spread us | right order | wall ms / benchmark |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
