@@ -134,6 +134,22 @@ def _no_ambient_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One directory of compiled kernels for the session's hook jobs (tests/hook_job.py says
+    what is shared and what is not); shared by the xdist workers of one run."""
+    base = tmp_path_factory.getbasetemp()
+    directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-kernels"
+    directory.mkdir(exist_ok=True)
+    previous = os.environ.get("AUTOTUNE_TEST_SHARED_KERNELS")
+    os.environ["AUTOTUNE_TEST_SHARED_KERNELS"] = str(directory)
+    yield
+    if previous is None:
+        os.environ.pop("AUTOTUNE_TEST_SHARED_KERNELS", None)
+    else:
+        os.environ["AUTOTUNE_TEST_SHARED_KERNELS"] = previous
+
+
 # ------------------------------------------------------------ one signed sweep per session
 
 

@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="hook-job-")
+# Set by the test session (conftest.py): a directory for compiled kernels shared by its jobs.
+# A job that trusts a signer loads signed artifacts, kernels among them, so it shares
+# nothing: what it finds on disk must be what a fresh node would find.
+SHARED_KERNELS = None if os.environ.get("AUTOTUNE_TRUSTED_KEYS") else os.environ.get("AUTOTUNE_TEST_SHARED_KERNELS")
 
 import torch  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
@@ -31,6 +35,25 @@ from torch._inductor import select_algorithm  # noqa: E402
 
 import autotune  # noqa: E402
 from inductor_glue.inductor import benchmark_count  # noqa: E402
+
+
+def _share_compiled_kernels(directory: str) -> None:
+    """Keep the C++ kernels and wrapper modules Inductor writes under their content hash in
+    ``directory``, so that the session's jobs compile each kernel once (the C++ compiler was
+    most of a CPU job's time). The rest of the Inductor cache (FX graphs, autotune results,
+    kernel configs) stays this job's own, so a job still lowers, looks up and tunes as a
+    fresh node does."""
+    from torch._inductor import codecache
+
+    original = codecache.get_path
+
+    def get_path(basename: str, extension: str, specified_dir: str = "") -> tuple[str, str, str]:
+        if specified_dir or extension not in ("cpp", "py"):
+            return original(basename, extension, specified_dir)
+        subdir = os.path.join(directory, basename[1:3])
+        return basename, subdir, os.path.join(subdir, f"{basename}.{extension}")
+
+    codecache.get_path = get_path
 
 
 def _handshake(announce: str, wait_for: str) -> None:
@@ -70,6 +93,8 @@ def main() -> int:
         key, _, value = pair.partition("=")
         setattr(torch._inductor.config, key, json.loads(value))
 
+    if SHARED_KERNELS:
+        _share_compiled_kernels(SHARED_KERNELS)
     sys.path.insert(0, args.models_dir)
     model_file = importlib.import_module(args.model)
     handle = None if args.no_hook else autotune.warm_start(args.cache, on_miss=args.on_miss)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cache import Store
+from workers.faults import FAULT_ENV
 
 # Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
 pytestmark = pytest.mark.xdist_group("cluster")
@@ -68,7 +69,10 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("capturing")]
     assert len(lines) == 1 and "RAY_AUTH_MODE=token" in lines[0] and "token" in lines[0], err
 
-    proc = _sweep(cluster, sqlite_url)
+    # A job goes to the first warm actor, so two tiny jobs can both finish on one node
+    # before the other node's actor is warm (it did on a loaded CI host); 10 s per job
+    # outlasts that spread, which is what this test is not about.
+    proc = _sweep(cluster, sqlite_url, env={**cluster.env, FAULT_ENV: "slow:10"})
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     report = _report(out)
@@ -76,9 +80,12 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
     assert len({r["node"] for r in report["requests"]}) == 2, report["requests"]  # both nodes tuned
 
 
-def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str, tmp_path: Path) -> None:
+def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # cluster_run.py's own path (its --kill-node): the second node dies as a whole once a
-    # result is stored, while the sweep still has jobs on it.
+    # result is stored, while the sweep still has jobs on it (3 s a job makes sure its
+    # actor is warm and busy by then, however slowly it started).
+    monkeypatch.setitem(cluster.env, FAULT_ENV, "slow:3")
     entry = spread(cluster, [TINY], sqlite_url, "cpu", ["--workers", "2", "--batch-sizes", "16,32"], tmp_path,
                    timeout=400, kill_node=1, kill_after=1)
     run, killed = entry["run"], entry["killed"]

@@ -10,13 +10,20 @@ import os
 
 # Fault injection for tests of the failure path: "crash:KEY" makes the process
 # die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
-# sleep past any timeout. Set in the driver's environment; the pool passes it on.
+# sleep past any timeout, and "slow:SECONDS" delays every request by SECONDS (so
+# that a test's jobs outlast the spread between its actors' start-ups). Set in the
+# driver's environment; the pool passes it on.
 FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
 
 
 def inject_fault(request_key: str) -> None:
     spec = os.environ.get(FAULT_ENV, "")
     kind, _, target = spec.partition(":")
+    if kind == "slow" and target:
+        import time
+
+        time.sleep(float(target))
+        return
     if not spec or not target or not request_key.startswith(target):
         return
     if kind == "crash":
