@@ -141,13 +141,9 @@ def _shared_compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     base = tmp_path_factory.getbasetemp()
     directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-kernels"
     directory.mkdir(exist_ok=True)
-    previous = os.environ.get("AUTOTUNE_TEST_SHARED_KERNELS")
-    os.environ["AUTOTUNE_TEST_SHARED_KERNELS"] = str(directory)
-    yield
-    if previous is None:
-        os.environ.pop("AUTOTUNE_TEST_SHARED_KERNELS", None)
-    else:
-        os.environ["AUTOTUNE_TEST_SHARED_KERNELS"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_TEST_SHARED_KERNELS", str(directory))
+        yield
 
 
 # ------------------------------------------------------------ one signed sweep per session

@@ -7,6 +7,7 @@ injects the fault) do not import each other.
 from __future__ import annotations
 
 import os
+import time
 
 # Fault injection for tests of the failure path: "crash:KEY" makes the process
 # die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
@@ -20,8 +21,6 @@ def inject_fault(request_key: str) -> None:
     spec = os.environ.get(FAULT_ENV, "")
     kind, _, target = spec.partition(":")
     if kind == "slow" and target:
-        import time
-
         time.sleep(float(target))
         return
     if not spec or not target or not request_key.startswith(target):
@@ -29,6 +28,4 @@ def inject_fault(request_key: str) -> None:
     if kind == "crash":
         os._exit(17)
     if kind == "hang":
-        import time
-
         time.sleep(3600)
