@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from inductor_glue.capture import _run_once, fresh_inductor, tune_only_shard
+from inductor_glue.capture import (Session, _run_once, compile_sessions, fresh_inductor, marked_calls,
+                                   session_variants, tune_only_shard)
 from inductor_glue.modelfile import ModelFile
 from .settings import Settings
 
@@ -149,8 +150,12 @@ def tune_pointwise(
     train: bool,
     device: str,
     time_in_graph: bool = False,
+    dynamic: bool = False,
 ) -> PointwiseReport:
-    """Compile and run ``model`` once per batch size with the hook installed. Never raises.
+    """Compile and run ``model`` with the hook installed, as capture did: once per batch
+    size, and in the dynamic graphs capture compiled (``compile_sessions``: a dynamic
+    kernel's source differs from its static twin's, so it has its own tuned config).
+    Never raises.
 
     ``time_in_graph``: the first compile times each served GEMM in this process and stores
     the verdict. A published graph must hold no kernel it was compiled without a tuned
@@ -158,14 +163,15 @@ def tune_pointwise(
     report = PointwiseReport()
     started = time.perf_counter()
     try:
-        for batch_size in batch_sizes:
+        for session in compile_sessions(batch_sizes, dynamic):
             passes = plan_passes(settings, device, time_in_graph)
             while passes:
                 current = passes.pop(0)
                 began = time.perf_counter()
-                stats, withheld = _compile_once(model, current, batch_size, mode, inductor_config, train,
+                stats, withheld = _compile_once(model, current, session, mode, inductor_config, train,
                                                 device, report)
-                report.passes.append({"batch_size": batch_size, "time_in_graph": current.time_in_graph,
+                report.passes.append({"batch_sizes": list(session.sizes), "dynamic": session.dynamic,
+                                      "time_in_graph": current.time_in_graph,
                                       "publishes": current.publishes, "kernels_tuned": stats.kernel_configs_saved,
                                       "seconds": round(time.perf_counter() - began, 3)})
                 after = follow_up(current, any(v["changed"] for v in stats.verdicts), withheld)
@@ -179,7 +185,7 @@ def tune_pointwise(
     return report
 
 
-def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode: str,
+def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
                   inductor_config: dict[str, Any] | None, train: bool, device: str,
                   report: PointwiseReport) -> tuple[Any, bool]:
     """One compile and run of the model, its hook stats counted into ``report``. Also
@@ -191,8 +197,9 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
 
     from .hook import warm_start_for_pass
 
+    builds = [model.build(b) for b in session.sizes]
     overrides = {**model.config_overrides, **(inductor_config or {})}
-    module, inputs = model.build(batch_size)
+    (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
     # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
     withheld = False
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,
@@ -205,7 +212,10 @@ def _compile_once(model: ModelFile, current: Pass, batch_size: int | None, mode:
             # microseconds, less than its launch from Python: timed with the launch, its
             # configs look alike, more so on a CPU busy with other compiles.
             with kernel_bound_timing(device):
-                _run_end_to_end(model, module, inputs, mode, train, device)
+                for index, (dims, duck) in enumerate(session_variants(session, model, inputs)):
+                    if index:  # the twin's inputs would pass the first graph's guards: compile it afresh
+                        torch._dynamo.reset()
+                    _run_end_to_end(model, module, (inputs, *later), mode, train, device, dims, duck)
             if device == "cuda":
                 torch.cuda.synchronize()
             if current.publishes and current.may_republish and handle.kernels_tuned:
@@ -236,12 +246,12 @@ def longest_phases(before: dict[str, float], after: dict[str, float], top: int =
     return dict(longest[:top])
 
 
-def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode: str, train: bool,
-                    device: str) -> None:
-    """One call as a job makes it. With --train and a model file that defines
-    ``train_step(model, optimizer, inputs)`` (and optionally ``make_optimizer(module)``),
-    a whole training step, the optimizer's step compiled too: its graphs are then
-    tuned and published like the model's."""
+def _run_end_to_end(model: ModelFile, module: Any, calls: tuple[tuple[Any, ...], ...], mode: str, train: bool,
+                    device: str, dynamic_dims: Any = None, duck: bool = False) -> None:
+    """Calls as a job makes them, into one compiled model (``_run_once``'s dynamic
+    arguments). With --train and a model file that defines ``train_step(model, optimizer,
+    inputs)`` (and optionally ``make_optimizer(module)``), whole training steps, the
+    optimizer's step compiled too: its graphs are then tuned and published like the model's."""
     import sys
 
     import torch
@@ -255,14 +265,17 @@ def _run_end_to_end(model: ModelFile, module: Any, inputs: tuple[Any, ...], mode
     source = sys.modules.get(getattr(model.factory, "__module__", ""), None)
     train_step = getattr(source, "train_step", None)
     if not (train and callable(train_step) and isinstance(module, torch.nn.Module)):
-        _run_once(module, inputs, mode, train, device)
+        _run_once(module, calls[0], mode, train, device, calls[1:], dynamic_dims=dynamic_dims, duck=duck)
         return
     module = module.to(device).train(True)
-    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
     make_optimizer = getattr(source, "make_optimizer", None)
     optimizer = make_optimizer(module) if callable(make_optimizer) else torch.optim.AdamW(module.parameters())
     optimizer.step = torch.compile(optimizer.step, mode=mode)  # type: ignore[method-assign]
-    train_step(torch.compile(module, mode=mode), optimizer, inputs)
+    compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
+    for inputs in marked_calls(calls, device, dynamic_dims, duck):
+        if mark_step is not None and device == "cuda":
+            mark_step()
+        train_step(compiled, optimizer, inputs)
 
 
 # ------------------------------------------------------------------ spread over GPUs
@@ -384,6 +397,7 @@ class PointwiseSpec:
     # Time the served GEMMs in the graph and store the verdicts (None: on a GPU, unsharded,
     # unless AUTOTUNE_TIME_IN_GRAPH=0).
     time_in_graph: bool | None = None
+    dynamic: bool = False  # the sweep's --dynamic: compile the graphs capture compiled
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -451,7 +465,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     with tune_only_shard(*spec.shard):
         report = tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
                                 inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
-                                time_in_graph=time_in_graph)
+                                time_in_graph=time_in_graph, dynamic=spec.dynamic)
     report.ready_at, report.idle_seconds = ready_at, round(idle, 3)
     return report
 

@@ -689,7 +689,7 @@ def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Se
 
     specs = [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
                            kwargs["inductor_config"], kwargs["train"], settings.cache, device,
-                           signing_key=settings.signing_key) for model in models]
+                           signing_key=settings.signing_key, dynamic=options.dynamic) for model in models]
     return PointwisePass(specs, _local_gpus(settings, device))
 
 

@@ -149,20 +149,68 @@ def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, devi
     """Compile module, call it on inputs, then on each of later_inputs (same compiled
     module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
     shapes do in a job); ``dynamic_dims``, if given, are dynamic from the start: marked
-    (``mark_dynamic``), or with ``duck`` as ``dynamic=True`` makes them."""
+    (``mark_dynamic``), or with ``duck`` as ``dynamic=True`` makes them. ``duck`` without
+    ``dynamic_dims``: plain ``dynamic=True``, every input dimension symbolic."""
     import torch
 
     if isinstance(module, torch.nn.Module):
         module = module.to(device)
         module.train(train)
     compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
-    for call_inputs in (inputs, *later_inputs):
+    for call_inputs in marked_calls((inputs, *later_inputs), device, dynamic_dims, duck):
+        _call(compiled, call_inputs, train)
+
+
+def marked_calls(calls: tuple[tuple[Any, ...], ...], device: str, dynamic_dims: DynamicDims | None,
+                 duck: bool) -> Iterator[tuple[Any, ...]]:
+    """Each call's inputs on ``device``, marked as a session's dynamic dimensions say."""
+    import torch
+
+    for call_inputs in calls:
         call_inputs = tuple(_to_device(x, device) for x in call_inputs)
         if duck:  # marks stay on a tensor: the marked capture's must not carry over
             call_inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in call_inputs)
         if dynamic_dims is not None:
             (_mark_duck if duck else _mark_dynamic)(call_inputs, dynamic_dims)
-        _call(compiled, call_inputs, train)
+        yield call_inputs
+
+
+@dataclass(frozen=True)
+class Session:
+    """One compiled model and the batch sizes it is called on, in order (a later size
+    recompiles it with a dynamic batch), and how its dimensions are made dynamic:
+    ``static`` (as torch does by default), ``marked`` (the model file's dimensions, or the
+    batch, dynamic from the first call; with a ``dynamic=True`` twin where two of them
+    share a size) or ``all`` (``dynamic=True``: every input dimension symbolic)."""
+
+    sizes: tuple[int | None, ...]
+    dynamic: str = "static"
+
+
+def compile_sessions(batch_sizes: tuple[int | None, ...], dynamic: bool) -> list[Session]:
+    """The compiles a job may make, so capture and the pass make them too.
+
+    Without ``dynamic``: each size's static graph; with several sizes the first size's
+    compiled model is also called on the others in turn, which recompiles it with a
+    dynamic batch (torch's automatic dynamic shapes). With ``dynamic``: per size, the
+    marked graph and the ``dynamic=True`` graph, whose other dimensions (image sizes,
+    sequence lengths) are symbolic too, so their kernels and GEMM layouts differ."""
+    if dynamic:
+        return [Session((b,), kind) for kind in ("marked", "all") for b in batch_sizes]
+    if len(batch_sizes) > 1:
+        return [Session(tuple(batch_sizes))] + [Session((b,)) for b in batch_sizes[1:]]
+    return [Session((b,)) for b in batch_sizes]
+
+
+def session_variants(session: Session, model: ModelFile, inputs: tuple[Any, ...]
+                     ) -> list[tuple[DynamicDims | None, bool]]:
+    """``(dynamic_dims, duck)`` for each compile of ``session`` (``_run_once``'s)."""
+    if session.dynamic == "all":
+        return [(None, True)]
+    if session.dynamic != "marked":
+        return [(None, False)]
+    dims = model.marked_dims(inputs)
+    return [(dims, duck) for duck in ((False, True) if dims and duck_differs(inputs, dims) else (False,))]
 
 
 def _call(compiled: Any, inputs: tuple[Any, ...], train: bool) -> None:
@@ -291,7 +339,8 @@ def capture_model(
     shapes, what a job whose batch size changes compiles). ``dynamic``: the dimensions the
     model file names in DYNAMIC_DIMS (default: the batch dimension, 0, of every tensor input)
     are dynamic from the first call (``torch._dynamo.mark_dynamic``), once per batch size, instead;
-    where two of them have one size, again as ``dynamic=True`` gives them (one symbol for both).
+    where two of them have one size, again as ``dynamic=True`` gives them (one symbol for both);
+    and each size once more under plain ``dynamic=True`` (``compile_sessions``).
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on. ``pad_decisions``: padding verdicts stored by an earlier
     sweep, served instead of timed.
@@ -316,26 +365,18 @@ def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tupl
                       dynamic: bool) -> CaptureResult:
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
-    if len(batch_sizes) > 1 and not dynamic:
-        # One compiled model called on every size in turn: its first call is the first
-        # size's static graph, the next recompiles with a dynamic batch; the other sizes'
-        # static graphs each get their own session.
-        sessions = [list(batch_sizes)] + [[b] for b in batch_sizes[1:]]
-    else:
-        sessions = [[b] for b in batch_sizes]
-    for session in sessions:
-        builds = [model.build(b) for b in session]  # may itself set config: read overrides after
+    for session in compile_sessions(batch_sizes, dynamic):
+        builds = [model.build(b) for b in session.sizes]  # may itself set config: read overrides after
         overrides = {**model.config_overrides, **(inductor_config or {})}
         (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
-        log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session, mode, dynamic)
-        dims = model.marked_dims(inputs) if dynamic else None
-        for duck in (False, True) if dims and duck_differs(inputs, dims) else (False,):
+        log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session.sizes, mode, session.dynamic)
+        for dims, duck in session_variants(session, model, inputs):
             with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
                 try:
                     _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck)
                 except Exception as exc:  # the model's own error, or one its graph hits in Inductor
                     first = (str(exc).strip().splitlines() or [""])[0][:300]
-                    sizes = ",".join(str(b or "") for b in session)
+                    sizes = ",".join(str(b or "") for b in session.sizes)
                     raise ModelFileError(
                         f"{model.path}: compiling and running {model.entry}({sizes}) raised "
                         f"{type(exc).__name__}: {first}; check that `{model.entry}()`'s module runs on its inputs"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inductor_glue.capture import capture_file
+from inductor_glue.capture import Session, capture_file, compile_sessions
 from inductor_glue.inductor import benchmark_count
 from inductor_glue.modelfile import ModelFileError, load_model_file, module_name_for, parse_config_overrides
 
@@ -36,7 +36,7 @@ def test_capture_keeps_two_kernels_asked_under_one_inputs_key_apart() -> None:
     """A fused GELU and a plain Linear of one shape share Inductor's (op, inputs_key): the
     zoo's MLP-Mixer under dynamic=True stored one and missed the other at every warm start."""
     result = capture_file(TINY, entry="same_shape_variants", dynamic=True)
-    assert result.total_lookups == 2
+    assert result.total_lookups == 4  # two per compile: the marked graph's and dynamic=True's
     assert sorted(r.params["aten"]["attr"] for r in result.requests) == ["gelu", "none"]
     assert len({r.inputs_key for r in result.requests}) == 1 and len({r.key for r in result.requests}) == 2
     for request in result.requests:  # each keeps only its own candidates
@@ -60,6 +60,16 @@ def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: lis
         result = tune_request(TuneJob(request=request, expected_env=captured.env, mode=captured.mode,
                                       config_overrides=captured.config_overrides, device="cpu"))
         assert (result.status, result.request.key) == ("ok", request.key), (request.params["aten"], result.error)
+
+
+def test_capture_and_the_pass_compile_the_graphs_a_job_compiles_in_every_dynamic_mode() -> None:
+    # Static sizes: the first size's model is called on the next (the automatic-dynamic
+    # recompile), then the next size alone (its static graph).
+    assert compile_sessions((8, 16), dynamic=False) == [Session((8, 16)), Session((16,))]
+    assert compile_sessions((8,), dynamic=False) == [Session((8,))]
+    # --dynamic: the marked graph and dynamic=True's, whose other dimensions are symbolic too.
+    assert compile_sessions((8, 16), dynamic=True) == [
+        Session((8,), "marked"), Session((16,), "marked"), Session((8,), "all"), Session((16,), "all")]
 
 
 def test_capture_each_batch_size_and_the_dynamic_recompile_between_them() -> None:

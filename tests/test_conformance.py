@@ -213,6 +213,24 @@ def test_rows_and_goals(conf: ModuleType) -> None:
     assert "timm_maxvit_tiny: unavailable (timm is not installed)" in text and "NOT met" in text
 
 
+def test_a_baseline_that_timed_out_leaves_the_warm_start_judged(conf: ModuleType) -> None:
+    """Swin-T's cold max-autotune outlasted its device call (an H200, 2026-11-26): its row is
+    an error, but the sweep and the warm start ran, so its hits and benchmarks are judged."""
+    zero = {"gemm_autotune": 0, "pointwise_autotune": 0, "coordinate_descent": 0, "benchmarker_calls": 0}
+    steps = {"sweep": {"status": "ok", "found": 29, "tuned": 29, "failed": 0, "statuses": {"ok": 29}},
+             "warm/static": {"status": "ok", "first_call_s": 33.7, "kernel_us_per_call": 876.0, "bench": zero,
+                             "hook": {"hits": 73, "misses": 0, "errors": 0}},
+             "cold/static": {"status": "timeout", "error": "timed out after 370 s"}}
+    report = {"device": "cuda", "machine": {"gpu": "H200"}, "models": {"swin_t": {
+        "library": "torchvision", "status": "available", "modes": {"infer": {"batch": 8, "steps": steps}}}}}
+    (row,) = conf.rows(report)
+    assert row["status"] == "error" and "370 s" in row["error"]
+    by_goal = {(g["goal"], g["scope"]): g for g in conf.goals([row])}
+    assert by_goal[("100% of requests hit at warm start", "static")]["met"] is True
+    assert by_goal[("0 benchmarks at warm start", "static")]["met"] is True
+    assert by_goal[("latency within 3% of cold max-autotune", "static")]["met"] is None  # no cold latency
+
+
 def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
     """A real sweep and a real warm-start process on the CPU subset's tiny model(s), static
     shapes (the dynamic modes are served end to end in tests/test_dynamic.py; here they
@@ -271,6 +289,27 @@ def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_p
     group = run.report["models"]["mlp_mixer"]["modes"]["infer"]
     assert (group["steps"]["sweep"]["found"], group["steps"]["sweep"]["dynamic"]) == (7, True)
     assert "sweep_passes" not in group
+
+
+def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass (--dynamic) gets what the first left of the step's timeout, not all of
+    it again: given it all, it ran past the budget and the device call (an H100, 2026-11-26)."""
+    timeouts: list[float] = []
+
+    def fake_sweep(model_run: Any, options: argparse.Namespace, log_path: Any) -> dict[str, Any]:
+        timeouts.append(options.timeout)
+        time.sleep(0.5)  # the first pass's time, taken from the second's
+        Path(model_run.cache_url.removeprefix("sqlite:///")).write_text("db")
+        return {"status": "ok", "found": 1, "tuned": 1, "failed": 0, "statuses": {"ok": 1}, "command": "sweep"}
+
+    monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
+    steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["static", "dynamic"], "none") if s.kind == "sweep"]
+    run = _run(conf, tmp_path, budget=10_000.0)
+    run.args.dynamics = ["static", "dynamic"]
+    conf.run_steps(run, steps)
+    assert len(timeouts) == 2 and timeouts[0] == pytest.approx(run.args.timeout, abs=0.1), timeouts
+    assert timeouts[1] <= timeouts[0] - 0.5, timeouts
 
 
 def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleType, tmp_path: Path) -> None:
