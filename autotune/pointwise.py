@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from inductor_glue.capture import (Session, _run_once, compile_sessions, fresh_inductor, marked_calls,
-                                   session_variants, tune_only_shard)
+from inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
+                                   marked_calls, session_variants, tune_only_shard)
 from inductor_glue.modelfile import ModelFile
 from .settings import Settings
 
@@ -197,9 +197,8 @@ def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
 
     from .hook import warm_start_for_pass
 
-    builds = [model.build(b) for b in session.sizes]
+    module, inputs, later = build_session(model, session)
     overrides = {**model.config_overrides, **(inductor_config or {})}
-    (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
     # Fresh Inductor dirs: every kernel is compiled (and tuned) here, none reused.
     withheld = False
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,

@@ -202,6 +202,14 @@ def compile_sessions(batch_sizes: tuple[int | None, ...], dynamic: bool) -> list
     return [Session((b,)) for b in batch_sizes]
 
 
+def build_session(model: ModelFile, session: Session) -> tuple[Any, tuple[Any, ...], tuple[tuple[Any, ...], ...]]:
+    """``(module, inputs, later_inputs)``: the model built at the session's first size, and
+    the inputs of its later calls (``_run_once``'s)."""
+    builds = [model.build(b) for b in session.sizes]
+    (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
+    return module, inputs, later
+
+
 def session_variants(session: Session, model: ModelFile, inputs: tuple[Any, ...]
                      ) -> list[tuple[DynamicDims | None, bool]]:
     """``(dynamic_dims, duck)`` for each compile of ``session`` (``_run_once``'s)."""
@@ -366,9 +374,8 @@ def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tupl
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
     for session in compile_sessions(batch_sizes, dynamic):
-        builds = [model.build(b) for b in session.sizes]  # may itself set config: read overrides after
+        module, inputs, later = build_session(model, session)  # may itself set config: read overrides after
         overrides = {**model.config_overrides, **(inductor_config or {})}
-        (module, inputs), later = builds[0], tuple(i for _, i in builds[1:])
         log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session.sizes, mode, session.dynamic)
         for dims, duck in session_variants(session, model, inputs):
             with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
