@@ -186,19 +186,50 @@ _TRUST: StackedPatch[bool] = StackedPatch(_caching_autotuner_class, "coordinate_
                                           _trusting_coordesc)
 
 
+def _scaling_only_untuned(original: Any, patch: StackedPatch[bool]) -> Any:
+    def _dynamic_scale_rblock(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if patch.top and _served_one_config(self):
+            return None
+        return original(self, *args, **kwargs)
+
+    return _dynamic_scale_rblock
+
+
+def _served_one_config(autotuner: Any) -> bool:
+    """Whether the kernel runs a config read from the cache: Inductor's own cache hit, or
+    (a kernel from a compiled graph) its one compiled config is the stored one."""
+    info = getattr(autotuner, "autotune_cache_info", None) or {}
+    if info.get("autotune_cache_state") == "hit":
+        return True
+    results = getattr(autotuner, "compile_results", None) or []
+    return len(results) == 1 and _stored_config_is(autotuner, getattr(results[0], "config", None))
+
+
+# Do not add halved-RBLOCK candidates to a reduction whose config came from the cache.
+# Torch 2.11 adds them after every compile of a register-heavy reduction, cache hit or
+# not: two launchers, so the kernel is benchmarked and descended again at its first run
+# (Whisper's encoder on an H100: one layer-norm kernel retuned by every warm start, and
+# by the sweep's own second compile). The stored config already won against those
+# candidates when it was tuned. Upstream fixed it later (pytorch/pytorch#181292, #181789).
+_SCALE: StackedPatch[bool] = StackedPatch(_caching_autotuner_class, "_dynamic_scale_rblock",
+                                          _scaling_only_untuned)
+
+
 def push(saver: Saver) -> None:
     """Send every config Inductor saves from now on to ``saver`` as well, and trust
-    the configs it reads from its cache (see ``_TRUST``)."""
+    the configs it reads from its cache (see ``_TRUST`` and ``_SCALE``)."""
     _SAVE.push(saver)
-    try:
-        _TRUST.push(True)
-    except ImportError:  # no Triton: nothing is tuned at run time
-        pass
+    for patch in (_TRUST, _SCALE):
+        try:
+            patch.push(True)
+        except (ImportError, KeyError):  # no Triton (nothing is tuned at run time), or no such method
+            pass
 
 
 def pop() -> None:
     _SAVE.pop()
     _TRUST.pop()
+    _SCALE.pop()
 
 
 def _waiting_triton(original: Any, patch: StackedPatch[Callable[[], None]]) -> Any:

@@ -239,6 +239,38 @@ def test_a_config_this_process_just_tuned_still_gets_coordinate_descent(
     assert ran == [launcher]
 
 
+def test_a_reduction_served_from_the_cache_gets_no_halved_rblock_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Torch 2.11 adds halved-RBLOCK candidates to a register-heavy reduction even when its
+    config came from the cache; two launchers, so it was tuned again at its first run (one
+    kernel of Whisper's encoder, every warm start on an H100). Served, it keeps its one
+    config; a kernel still to tune, or one tuned by this process, gets the candidates."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    meta = {"autotune_local_cache": True}
+    AutotuneCache.create(meta, str(tmp_path / "ab" / "stored.py"), "configs-hash").save(_tuned_config(), 5_000_000)
+    running = SimpleNamespace(config=SimpleNamespace(kwargs={"XBLOCK": 64}, num_warps=4, num_stages=1))
+    hit = SimpleNamespace(autotune_cache_info={"autotune_cache_state": "hit"})
+    from_a_graph = SimpleNamespace(filename=str(tmp_path / "elsewhere" / "ab" / "stored.py"), inductor_meta=meta,
+                                   autotune_cache_info={"autotune_cache_state": "miss"}, compile_results=[running])
+    untuned = SimpleNamespace(filename=str(tmp_path / "ab" / "new.py"), inductor_meta=meta,
+                              autotune_cache_info={"autotune_cache_state": "miss"}, compile_results=[running])
+    scaled: list[object] = []
+    # Inductor's scaling replaced by a recorder (Triton cannot run on CPU machines).
+    monkeypatch.setattr(CachingAutotuner, "_dynamic_scale_rblock", lambda self: scaled.append(self))
+    kernel_configs.push(lambda key, value: None)
+    try:
+        for autotuner in (hit, from_a_graph, untuned):
+            CachingAutotuner._dynamic_scale_rblock(autotuner)
+    finally:
+        kernel_configs.pop()
+    assert scaled == [untuned]
+    CachingAutotuner._dynamic_scale_rblock(hit)  # the patch is off with the hook
+    assert scaled == [untuned, hit]
+
+
 def test_the_hook_builds_inductors_selector_only_when_inductor_first_uses_it(sqlite_url: str) -> None:
     """Building it hashes Triton's install (1.1 s on an H100): a compile served from a
     compiled artifact never lowers a GEMM, so the hook puts a stand-in in place."""
