@@ -123,9 +123,7 @@ _SAVE: StackedPatch[Saver] = StackedPatch(_autotune_cache_class, "save", _patche
 
 def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        info = getattr(self, "autotune_cache_info", None) or {}
-        hit = info.get("autotune_cache_state") == "hit"
-        if patch.top and (hit or _stored_config_is(self, getattr(launcher, "config", None))):
+        if patch.top and (_cache_hit(self) or _stored_config_is(self, getattr(launcher, "config", None))):
             try:
                 launcher.config.found_by_coordesc = True
             except AttributeError:
@@ -134,6 +132,12 @@ def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
         return original(self, launcher, *args, **kwargs)
 
     return coordinate_descent_tuning
+
+
+def _cache_hit(autotuner: Any) -> bool:
+    """Whether Inductor read the kernel's config from its autotune cache."""
+    info = getattr(autotuner, "autotune_cache_info", None) or {}
+    return info.get("autotune_cache_state") == "hit"
 
 
 def _stored_config_is(autotuner: Any, config: Any) -> bool:
@@ -198,8 +202,7 @@ def _scaling_only_untuned(original: Any, patch: StackedPatch[bool]) -> Any:
 def _served_one_config(autotuner: Any) -> bool:
     """Whether the kernel runs a config read from the cache: Inductor's own cache hit, or
     (a kernel from a compiled graph) its one compiled config is the stored one."""
-    info = getattr(autotuner, "autotune_cache_info", None) or {}
-    if info.get("autotune_cache_state") == "hit":
+    if _cache_hit(autotuner):
         return True
     results = getattr(autotuner, "compile_results", None) or []
     return len(results) == 1 and _stored_config_is(autotuner, getattr(results[0], "config", None))
