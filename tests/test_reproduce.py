@@ -108,3 +108,33 @@ def test_a_carrier_holds_the_same_memory_and_unpacks_to_the_recorded_layout(tran
     unpacked = carrier.unpack(packed)
     assert unpacked.shape == tensor.shape and unpacked.stride() == tensor.stride()
     torch.testing.assert_close(unpacked, tensor, rtol=0, atol=0)
+
+
+def test_a_carrier_as_large_as_its_memory_keeps_the_models_symbol_under_dynamic_true() -> None:
+    """The Llama decoder's rotary ``mm`` (32x1 @ 1xS, fp32) under ``dynamic=True`` came back
+    key_mismatch on an H100 (conformance run 116): asked with ``s84``, recorded with ``s41``.
+    The carrier was a view of 512 elements shaped (512, 1); Dynamo gave the view's base a
+    symbol first, and duck sizing handed it to the equal-sized dimension. Carriers now hold
+    memory of their own (``own_memory``). CPU Inductor does not autotune this ``mm``, so this
+    compiles the one-op graph with a backend that reads the symbols Dynamo made."""
+    from workers.symbolic import symbol_numbers
+
+    request = TuningRequest(
+        op="mm", inputs_key="rotary", precision="highest",
+        inputs=(InputLayout((32, 1), (1, 0), 0, "torch.float32", "cpu"),
+                InputLayout((1, 512), (0, 1), 0, "torch.float32", "cpu", symbolic=(1,), exprs=("s41",))),
+        params={"symbols": {"s41": 512, "s77": 4}})
+    graph = one_op_graph(request, "cpu")
+    assert graph.dynamic is True  # distinct hints: duck sizing, as dynamic=True compiles the model
+    sizes: list[tuple[object, ...]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[object]) -> torch.fx.GraphModule:
+        sizes.extend(tuple(n.meta["example_value"].shape) for n in gm.graph.nodes
+                     if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.Tensor))
+        return gm
+
+    torch._dynamo.reset()
+    with symbol_numbers(graph.symbol_ids):
+        out = torch.compile(graph.fn, backend=backend, dynamic=graph.dynamic)(*graph.inputs)
+    torch.testing.assert_close(out, graph.reference())
+    assert [tuple(str(s) for s in shape) for shape in sizes] == [("32", "1"), ("s41", "1")]

@@ -241,7 +241,7 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
     graph = builder(request, device, generator)
     if not any(layout.symbolic for layout in request.inputs):
         return graph
-    # The carriers share the builder's tensors' memory, so its reference still applies.
+    # The carriers hold the builder's tensors' values, so its reference still applies.
     carried = carry(graph.fn, graph.inputs, request)
     if carried is not None:
         return OneOpGraph(carried.module, carried.inputs, graph.reference,

@@ -218,6 +218,32 @@ def carriers_for(inputs: tuple[torch.Tensor, ...], request: TuningRequest, hints
     return carriers if any(carriers) else None
 
 
+def own_memory(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with the same sizes, strides and values in memory of its own, not a view.
+
+    Under ``dynamic=True`` Dynamo gives a view's base symbols of its own first, and duck
+    sizing then hands an equal-sized dimension of the view the base's symbol: a carrier of
+    512 elements viewed as (512, 1) asked with ``s84`` (its base's), not the model's ``s41``
+    (the Llama decoder's rotary ``mm`` on an H100, conformance run 116). An input whose
+    elements overlap (an expanded dimension) stays a view: it cannot be copied so."""
+    if tensor._base is None or not _dense(tensor):
+        return tensor
+    owned = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
+    return owned.copy_(tensor)
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Every element once, no gaps, in some order of the dimensions (a size-1 one's stride
+    is free)."""
+    expected = 1
+    for size, stride in sorted(((n, s) for n, s in zip(tensor.shape, tensor.stride()) if n != 1),
+                               key=lambda pair: pair[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
           request: TuningRequest) -> Carried | None:
     """The builder's graph reproducing the request's size expressions, or None when they
@@ -226,7 +252,7 @@ def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
     carriers = carriers_for(inputs, request, hints, carrier_for)
     if carriers is None:
         return None
-    packed = tuple(c.pack(t) if c else t for t, c in zip(inputs, carriers))
+    packed = tuple(own_memory(c.pack(t) if c else t) for t, c in zip(inputs, carriers))
     # Dynamo shares one symbol between equal sizes only in duck mode (dynamic=True); marked
     # dimensions each get their own. Duck is right unless two symbols have equal hints.
     duck = len(set(hints.values())) == len(hints)
