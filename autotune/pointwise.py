@@ -466,7 +466,29 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
                                 inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
                                 time_in_graph=time_in_graph, dynamic=spec.dynamic)
     report.ready_at, report.idle_seconds = ready_at, round(idle, 3)
+    if report.error is None:
+        _mark_finished(spec, settings)
     return report
+
+
+def _mark_finished(spec: PointwiseSpec, settings: Settings) -> None:
+    """Tell later sweeps this pass is done (``pass_marks``); a read-only cache takes no mark."""
+    if settings.read_only:
+        return
+    from cache.store import Store
+    from inductor_glue.env import kernel_config_environment
+
+    from . import pass_marks
+
+    try:
+        store = Store(settings.cache)
+    except Exception:  # the hook has logged why already; the next sweep runs the pass again
+        log.warning("could not open the cache to mark the pass finished", exc_info=True)
+        return
+    try:
+        pass_marks.mark_finished(store, kernel_config_environment(spec.device), spec)
+    finally:
+        store.close()
 
 
 def main(argv: list[str]) -> int:

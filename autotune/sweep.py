@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: b
     from workers.pool import PoolStarter, TuningPool
     from workers.spares import Spares
 
-    from .pointwise import PointwisePass, PointwiseReport
+    from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
     from .queue import SweepQueue
 
 log = logging.getLogger(__name__)
@@ -589,8 +589,8 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             sweep.tune(models)
         elif options.misses:
             sweep.plan_misses()
-        if sweep.pointwise is None and not options.dry_run and _publishes(sweep.local, settings) and models:
-            sweep.pointwise = _pointwise_pass(models, options, settings, sweep.device, sweep.kwargs)  # artifacts
+        if sweep.pointwise is None and not options.dry_run and models:
+            sweep.pointwise = _pass_still_owed(sweep, models)
     except BaseException:
         if sweep.pointwise is not None:
             sweep.pointwise.close()
@@ -685,12 +685,40 @@ def _start_spares(settings: Settings) -> Spares | None:
 
 def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
                     kwargs: dict[str, Any]) -> PointwisePass:
-    from .pointwise import PointwisePass, PointwiseSpec
+    from .pointwise import PointwisePass
 
-    specs = [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
-                           kwargs["inductor_config"], kwargs["train"], settings.cache, device,
-                           signing_key=settings.signing_key, dynamic=options.dynamic) for model in models]
-    return PointwisePass(specs, _local_gpus(settings, device))
+    return PointwisePass(_pointwise_specs(models, options, settings, device, kwargs), _local_gpus(settings, device))
+
+
+def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
+                     kwargs: dict[str, Any]) -> list[PointwiseSpec]:
+    from .pointwise import PointwiseSpec
+
+    return [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
+                          kwargs["inductor_config"], kwargs["train"], settings.cache, device,
+                          signing_key=settings.signing_key, dynamic=options.dynamic) for model in models]
+
+
+def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | None:
+    """The end-to-end pass of a sweep that tuned no GEMM: with a signing key always (what is
+    missing is published); on a GPU for each model whose last pass did not finish, cut
+    after its GEMMs were stored (``pass_marks``)."""
+    from .pointwise import PointwisePass
+
+    specs = _pointwise_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
+    if not _publishes(sweep.local, sweep.settings):
+        if not _wants_pointwise(sweep.local, sweep.settings, sweep.device):
+            return None
+        from inductor_glue.env import kernel_config_environment
+
+        from . import pass_marks
+
+        specs = pass_marks.unfinished(sweep.store, kernel_config_environment(sweep.device), specs)
+        if not specs:
+            return None
+        log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",
+                 len(specs))
+    return PointwisePass(specs, _local_gpus(sweep.settings, sweep.device))
 
 
 def _local_gpus(settings: Settings, device: str) -> int:

@@ -192,16 +192,30 @@ def test_sweep_misses_tunes_what_jobs_logged(sqlite_url: str, tmp_path: Path) ->
     assert served["stats"]["hits"] == 2 and served["benchmarks"] == 0
 
 
-def test_the_pointwise_process_compiles_the_model_with_every_gemm_served(swept: str) -> None:
+def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_marks_its_pass_finished(
+        swept: str, tmp_path: Path) -> None:
+    import dataclasses
+
+    from autotune import pass_marks
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from conftest import copy_sqlite
+    from inductor_glue.env import kernel_config_environment
 
     # On CPU there are no pointwise configs to tune; this runs the sweep's last step
     # end to end: a fresh process that loads the model, waits for the word, compiles
-    # with the hook and reports.
-    spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, swept, device="cpu")
+    # with the hook, reports, and leaves the mark a later sweep looks for. (The fixture's
+    # signed sweep ran its pass already, in max-autotune, and left its own mark.)
+    url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "marked.db")
+    swept_spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu")
+    spec = dataclasses.replace(swept_spec, mode="max-autotune-no-cudagraphs")  # the same GEMMs on a CPU
+    env = kernel_config_environment("cpu")
+    with Store(url) as store:
+        assert pass_marks.unfinished(store, env, [swept_spec, spec]) == [spec]
     report = PointwiseProcess(spec).run(timeout=300)
     assert report.error is None, report
     assert (report.gemm_hits, report.gemm_misses) == (2, 0)
+    with Store(url) as store:
+        assert pass_marks.unfinished(store, env, [swept_spec, spec]) == []
 
 
 def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:

@@ -1,0 +1,81 @@
+"""Which end-to-end passes have finished: a mark per model, filed with the kernel configs.
+
+A sweep tunes its GEMMs, then runs the pass (``autotune.pointwise``) that tunes the
+pointwise/reduction kernels and stores the fusion and padding verdicts. A sweep cut after
+its GEMMs were stored (a job's time limit, a killed process) left that pass undone, and
+the next sweep found every GEMM cached, so it tuned nothing and skipped the pass: the
+kernels stayed untuned, and every job tuned them at its first run (an H100 zoo run, 116:
+MLP-Mixer under ``dynamic=True``, 22 kernels). So a pass that finishes leaves a mark, and a
+sweep with nothing to tune still runs the passes whose marks are missing.
+
+A mark's key hashes what the pass compiles (the model file's bytes, its entry, batch sizes,
+mode, training, Inductor options, dynamic graphs) and names its share of the kernels
+(``/rank-of-count``: a pass split over GPUs finishes when every share has). It is filed under
+``kernel_config_environment``, the GPU and versions, as the configs it vouches for.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .pointwise import PointwiseSpec
+
+log = logging.getLogger(__name__)
+
+PREFIX = "pass:"
+
+
+def digest(spec: PointwiseSpec) -> str:
+    """The hash of what ``spec``'s pass compiles (not where, nor which share of it)."""
+    source = hashlib.sha256(Path(spec.model_path).read_bytes()).hexdigest()
+    what = {"model": source, "entry": spec.entry, "batch_sizes": list(spec.batch_sizes), "mode": spec.mode,
+            "inductor_config": spec.inductor_config, "train": spec.train, "dynamic": spec.dynamic}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def key(spec: PointwiseSpec) -> str:
+    rank, count = spec.shard
+    return f"{PREFIX}{digest(spec)}/{rank}-of-{count}"
+
+
+def finished(marks: dict[str, Any], spec: PointwiseSpec) -> bool:
+    """Whether some split of ``spec``'s pass has a mark for every share."""
+    stem = f"{PREFIX}{digest(spec)}/"
+    shares: dict[int, set[int]] = {}
+    for name in marks:
+        if not name.startswith(stem):
+            continue
+        rank, _, count = name[len(stem):].partition("-of-")
+        if rank.isdigit() and count.isdigit():
+            shares.setdefault(int(count), set()).add(int(rank))
+    return any(ranks >= set(range(count)) for count, ranks in shares.items())
+
+
+def unfinished(store: Any, env: Any, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
+    """The specs whose pass has no complete mark in ``store`` under ``env``. A store that
+    cannot be read counts as no marks: the pass runs, as it did before marks existed."""
+    try:
+        marks = store.kernel_configs(env, PREFIX)
+    except Exception:  # a pass too many costs minutes; a skipped one costs every job
+        log.warning("could not read which passes finished; running them", exc_info=True)
+        marks = {}
+    return [spec for spec in specs if not finished(marks, spec)]
+
+
+def mark_finished(store: Any, env: Any, spec: PointwiseSpec) -> None:
+    """Leave ``spec``'s mark. Never raises: the pass's work is stored already."""
+    value = {"model": Path(spec.model_path).name, "batch_sizes": list(spec.batch_sizes), "train": spec.train,
+             "dynamic": spec.dynamic, "host": socket.gethostname(),
+             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        store.put_kernel_configs(env, {key(spec): value})
+    except Exception:
+        log.warning("could not mark the pass of %s finished; the next sweep runs it again",
+                    spec.model_path, exc_info=True)

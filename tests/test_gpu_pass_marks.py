@@ -1,0 +1,81 @@
+"""A sweep with every GEMM cached still runs an end-to-end pass that never finished.
+
+On four H100s (conformance runs 114-115) a sweep cut after its GEMMs were stored was run
+again: it found every GEMM cached, tuned nothing and skipped the pass, so MLP-Mixer's
+``dynamic=True`` kernels were never tuned and every job tuned them (22 kernels, 288
+benchmarker calls). A finished pass now leaves a mark (``autotune/pass_marks.py``) and a
+sweep runs the passes without one. Here the first sweep stores its GEMMs with the pass off
+(``AUTOTUNE_KERNEL_CONFIGS=0``: as if it had been cut), the second finds them cached and
+runs the pass, the third has nothing left to do.
+
+Skipped on the CPU-only CI with that reason: only GPUs tune pointwise kernels in the pass
+(the device tool runs it: ``python -m pytest tests/test_gpu_pass_marks.py``). The CPU tests
+of the marks: tests/test_pass_marks.py, and tests/test_hook.py (the pass process leaves one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODEL = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(256, 1024)
+        self.norm = torch.nn.LayerNorm(1024)
+
+    def forward(self, x):
+        return self.norm(torch.nn.functional.gelu(self.up(x)))
+
+
+def example(batch_size=None):
+    torch.manual_seed(0)
+    net = Net().eval().to("cuda", torch.bfloat16)
+    return net, (torch.randn(batch_size or 256, 256, device="cuda", dtype=torch.bfloat16),)
+"""
+
+
+def _sweep(model: Path, url: str, **env: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep",
+                           str(model), "--cache", url, "--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    decoder = json.JSONDecoder()
+    for match in reversed(list(re.finditer(r"^\{", done.stdout, flags=re.MULTILINE))):
+        report, _ = decoder.raw_decode(done.stdout, match.start())
+        if "totals" in report:
+            return report
+    raise AssertionError(f"no report on stdout: {done.stdout[-2000:]}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: only GPUs tune pointwise kernels in the sweep's pass")
+def test_a_sweep_with_every_gemm_cached_runs_the_pass_that_never_finished(tmp_path: Path) -> None:
+    model = tmp_path / "net.py"
+    model.write_text(MODEL)
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+
+    cut = _sweep(model, url, AUTOTUNE_KERNEL_CONFIGS="0")  # its GEMMs stored, no pass run
+    assert cut["totals"]["tuned"] >= 1 and cut["pointwise"] is None
+
+    resumed = _sweep(model, url)
+    assert resumed["totals"]["tuned"] == 0 and resumed["totals"]["cached"] == cut["totals"]["found"]
+    assert resumed["pointwise"] is not None and resumed["pointwise"]["error"] is None, resumed["pointwise"]
+    assert resumed["pointwise"]["saved"] >= 1  # the GELU and the layer norm, tuned at last
+
+    again = _sweep(model, url)
+    assert again["totals"]["tuned"] == 0 and again["pointwise"] is None  # its mark is there now
