@@ -1091,6 +1091,10 @@ def _sweep_totals(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sweep_status(done: Completed, report: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    if done.rc is None and report is not None:
+        # The report is the sweep's last word, printed once everything was stored: only its
+        # teardown (Ray's) was cut. An H100 zoo run lost a T5 sweep's 448 s so (run 114).
+        return {"status": "ok", "note": f"cut at {timeout:.0f} s after its report, in its teardown"}
     if done.rc is None:
         return {"status": "timeout", "error": f"timed out after {timeout:.0f} s"}
     if done.rc != 0:

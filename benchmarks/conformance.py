@@ -347,7 +347,7 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
         for path in _cache_files(cache):
             path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
     passes, step_timeout, began = [], options.timeout, time.monotonic()
-    for sweep_arg in planned:
+    for number, sweep_arg in enumerate(planned, 1):
         key = _pass_key(sweep_arg)
         if done.get(key, {}).get("status") == "ok":
             log.info("%s: pass %s already done", step.name, key)
@@ -356,7 +356,7 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
         # The step's time is the passes' together: a second pass given it all again ran
         # past the budget, and past the device call (an H100, 2026-11-26).
         options.sweep_arg, options.timeout = sweep_arg, max(1.0, step_timeout - (time.monotonic() - began))
-        passes.append(_trim(_sweep_result(ct.run_sweep(model_run, options, log_path))))
+        passes.append(_trim(_sweep_result(ct.run_sweep(model_run, options, _pass_log(log_path, number, planned)))))
         if passes[-1].get("status") != "ok":
             break  # a sweep that cannot run: the next would fail the same way
         done[key] = passes[-1]
@@ -371,6 +371,14 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
 
 def _pass_key(sweep_arg: list[str]) -> str:
     return " ".join(sweep_arg)
+
+
+def _pass_log(log_path: Path | None, number: int, planned: list[list[str]]) -> Path | None:
+    """Each pass of a sweep of several its own log (``...-sweep-2.log``): one file for both
+    kept only the last pass's output, the second call's, of a sweep resumed in two."""
+    if log_path is None or len(planned) < 2:
+        return log_path
+    return log_path.with_name(f"{log_path.stem}-{number}{log_path.suffix}")
 
 
 def _sweep_result(result: dict[str, Any]) -> dict[str, Any]:

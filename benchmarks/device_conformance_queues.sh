@@ -7,29 +7,48 @@
 # Usage (in a device call, after `bash .wheelhouse/install`):
 #   BUDGET=520 bash benchmarks/device_conformance_queues.sh \
 #     "0:--models mlp_mixer --modes infer --dynamics static,auto,dynamic --baselines none" \
-#     "1:--models swin_t --modes infer --dynamics static --baselines static"
+#     "1:--models swin_t --modes infer --dynamics static --baselines static" \
+#     "any:--models gpt2 --modes infer --dynamics auto,dynamic --baselines none"
 # An argument is GPU:ARGS (conformance.py's arguments); name a GPU twice for two invocations
-# on it, run in the order given. Afterwards, here: merge each queue's results into the table
-#   python benchmarks/conformance.py --merge <committed json> g0/conformance_<gpu>.json ...
+# on it, run in the order given. An argument any:ARGS is shared: the first queue to run out of
+# its own takes it, so no GPU idles while another's queue still runs (three of four did for
+# five minutes, runs 114-115). A shared invocation writes to /root/zoo/s<hash of ARGS>, so the
+# same ARGS in the next call resumes it on whichever GPU takes it. Afterwards, here: merge
+# each queue's results into the table
+#   python benchmarks/conformance.py --merge <committed json> g0/conformance_<gpu>.json s*/... ...
+# GPUS (default: nvidia-smi's count) is how many GPUs shared invocations may use.
 set -uo pipefail
 out=${OUT:?OUT is the device tool\'s output folder}
 budget=${BUDGET:-520} zoo=${ZOO:-/root/zoo} start=$SECONDS
-gpus=$(printf '%s\n' "$@" | cut -d: -f1 | sort -u)
-threads=$(( $(nproc) / $(echo "$gpus" | wc -l) ))
 mkdir -p "$zoo"
-queue() {  # GPU, then its invocations' arguments
-  local gpu=$1; shift
-  for args in "$@"; do
-    local left=$(( budget - (SECONDS - start) ))
-    [ "$left" -lt 60 ] && { echo "$(date -u +%T) skipped (${left}s left): $args" >> "$zoo/g$gpu.log"; continue; }
-    echo "$(date -u +%T) gpu $gpu: $args --budget $left" >> "$zoo/g$gpu.log"
-    # shellcheck disable=SC2086  # ARGS is a list of arguments
-    # conformance.py cuts a step at its budget; the margin is for its cleanup (Ray's teardown)
-    CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_COMPILE_THREADS=$threads timeout $(( left + 60 )) \
-      python benchmarks/conformance.py $args --budget "$left" --out "$zoo/g$gpu" \
-      --log-dir "$zoo/g$gpu/logs" >> "$zoo/g$gpu.log" 2>&1
-    local rc=$?  # 124: cut by the margin above, its step's results lost
-    echo "$(date -u +%T) gpu $gpu: exit $rc" >> "$zoo/g$gpu.log"
+pool="$zoo/pool" lock="$zoo/pool.lock"
+printf '%s\n' "$@" | sed -n 's/^any://p' > "$pool"
+gpus=$(printf '%s\n' "$@" | grep -v '^any:' | cut -d: -f1)
+if [ -s "$pool" ]; then
+  gpus="$gpus $(seq 0 $(( ${GPUS:-$(nvidia-smi -L | wc -l)} - 1 )))"
+fi
+gpus=$(printf '%s\n' $gpus | sort -un)
+threads=$(( $(nproc) / $(echo "$gpus" | wc -l) ))
+run_one() {  # GPU, its output folder, conformance.py's arguments
+  local gpu=$1 dir=$2 args=$3 left=$(( budget - (SECONDS - start) ))
+  [ "$left" -lt 60 ] && { echo "$(date -u +%T) skipped (${left}s left): $args" >> "$zoo/g$gpu.log"; return 1; }
+  echo "$(date -u +%T) gpu $gpu: $args --budget $left --out $dir" >> "$zoo/g$gpu.log"
+  # shellcheck disable=SC2086  # ARGS is a list of arguments
+  # conformance.py cuts a step at its budget; the margin is for its cleanup (Ray's teardown)
+  CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_COMPILE_THREADS=$threads timeout $(( left + 60 )) \
+    python benchmarks/conformance.py $args --budget "$left" --out "$dir" \
+    --log-dir "$dir/logs" >> "$zoo/g$gpu.log" 2>&1
+  local rc=$?  # 124: cut by the margin above, its step's results lost
+  echo "$(date -u +%T) gpu $gpu: exit $rc" >> "$zoo/g$gpu.log"
+}
+take() {  # the next shared invocation, removed from the pool; nothing when it is empty
+  ( flock 9; head -n 1 "$pool"; sed -i 1d "$pool" ) 9> "$lock"
+}
+queue() {  # GPU, then its own invocations' arguments
+  local gpu=$1 args; shift
+  for args in "$@"; do run_one "$gpu" "$zoo/g$gpu" "$args"; done
+  while args=$(take) && [ -n "$args" ]; do
+    run_one "$gpu" "$zoo/s$(printf '%s' "$args" | md5sum | cut -c1-8)" "$args" || break
   done
 }
 for gpu in $gpus; do
@@ -37,5 +56,6 @@ for gpu in $gpus; do
   queue "$gpu" "${mine[@]}" &
 done
 wait
+rm -f "$pool" "$lock"
 (cd "$zoo" && tar czf "$out/zoo.tgz" --exclude='*_work' .)
 for gpu in $gpus; do echo "== gpu $gpu"; tail -n 25 "$zoo/g$gpu.log"; done

@@ -291,6 +291,41 @@ def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_p
     assert "sweep_passes" not in group
 
 
+def test_each_pass_of_a_sweep_keeps_its_own_log(conf: ModuleType, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One log for both passes kept only the second's output; a sweep resumed over two device
+    calls lost the first pass's (an H100 zoo run, 114-116)."""
+    logs: list[str] = []
+
+    def fake_sweep(model_run: Any, options: argparse.Namespace, log_path: Any) -> dict[str, Any]:
+        logs.append(Path(log_path).name)
+        Path(model_run.cache_url.removeprefix("sqlite:///")).write_text("db")
+        return {"status": "ok", "found": 1, "tuned": 1, "failed": 0, "statuses": {"ok": 1}, "command": "sweep"}
+
+    monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
+    steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["static", "dynamic"], "none") if s.kind == "sweep"]
+    run = _run(conf, tmp_path, budget=10_000.0)
+    run.args.dynamics, run.args.log_dir = ["static", "dynamic"], str(tmp_path / "logs")
+    conf.run_steps(run, steps)
+    assert logs == ["cpu-mlp_mixer-infer-sweep-1.log", "cpu-mlp_mixer-infer-sweep-2.log"]
+
+
+def test_a_sweep_cut_in_its_teardown_after_its_report_is_done(conf: ModuleType, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep prints its report once everything is stored; one killed after that, in Ray's
+    teardown, did its work (a T5 sweep, 448 s, was counted a timeout so, run 114). One killed
+    before its report timed out. Real child processes, with a stand-in for the CLI."""
+    report = json.dumps({"totals": {"found": 2, "cached": 0, "tuned": 2, "failed": 0}, "requests": []})
+    model_run = conf.ct.ModelRun("m", "m.py", ["sweep"], tmp_path, f"sqlite:///{tmp_path / 'c.db'}", train=False)
+    options = argparse.Namespace(timeout=3.0, batch_size=None, sweep_arg=None)
+    for before, status in ((f"print({report!r}, flush=True); ", "ok"), ("", "timeout")):
+        cli = [sys.executable, "-c", f"import time; {before}time.sleep(60)"]
+        monkeypatch.setattr(conf.ct, "_autotune_cli", lambda cli=cli: cli)
+        result = conf.ct.run_sweep(model_run, options, None)
+        assert result["status"] == status, result
+    assert result["error"] == "timed out after 3 s"
+
+
 def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The second pass (--dynamic) gets what the first left of the step's timeout, not all of
@@ -310,6 +345,39 @@ def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,
     conf.run_steps(run, steps)
     assert len(timeouts) == 2 and timeouts[0] == pytest.approx(run.args.timeout, abs=0.1), timeouts
     assert timeouts[1] <= timeouts[0] - 0.5, timeouts
+
+
+def test_device_queues_share_the_invocations_no_gpu_was_given(tmp_path: Path) -> None:
+    """benchmarks/device_conformance_queues.sh: each GPU runs its own invocations, then takes
+    shared ones (any:ARGS) until none is left; each shared one runs once, into a folder named
+    after its arguments, so the next call resumes it on whichever GPU takes it. A stand-in
+    for python records what ran where."""
+    bin_dir, ran = tmp_path / "bin", tmp_path / "ran.txt"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text("#!/usr/bin/env bash\n"
+                    f"echo \"$CUDA_VISIBLE_DEVICES|$*\" >> {ran}\n"
+                    "while [ $# -gt 0 ]; do [ \"$1\" = --out ] && mkdir -p \"$2\"; shift; done\n"
+                    "sleep 0.3\n")
+    fake.chmod(0o755)
+    shared = [f"any:--models m{i}" for i in range(4)]
+    env = {**__import__("os").environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+           "ZOO": str(tmp_path / "zoo"), "GPUS": "2", "BUDGET": "600"}
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "device_conformance_queues.sh"), "0:--models own0",
+                           "1:--models own1", "1:--models own1b", *shared],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [(gpu, args.removeprefix("benchmarks/conformance.py "))
+             for gpu, args in (line.split("|") for line in ran.read_text().splitlines())]
+    where = {args.split(" --budget")[0]: gpu for gpu, args in lines}
+    assert len(lines) == 7 and len(where) == 7  # every invocation once
+    assert (where["--models own0"], where["--models own1"], where["--models own1b"]) == ("0", "1", "1")
+    assert {where[f"--models m{i}"] for i in range(4)} <= {"0", "1"}
+    outs = {args.split(" --budget")[0]: args.split("--out ")[1].split()[0] for _, args in lines}
+    assert outs["--models own1"].endswith("/g1") and Path(outs["--models m0"]).name.startswith("s")
+    assert len({outs[f"--models m{i}"] for i in range(4)}) == 4
+    assert (tmp_path / "out" / "zoo.tgz").exists()
 
 
 def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleType, tmp_path: Path) -> None:
