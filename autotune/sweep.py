@@ -705,10 +705,11 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
     after its GEMMs were stored (``pass_marks``)."""
     from .pointwise import PointwisePass
 
+    publishes = _publishes(sweep.local, sweep.settings)
+    if not publishes and not _wants_pointwise(sweep.local, sweep.settings, sweep.device):
+        return None
     specs = _pointwise_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
-    if not _publishes(sweep.local, sweep.settings):
-        if not _wants_pointwise(sweep.local, sweep.settings, sweep.device):
-            return None
+    if not publishes:
         from inductor_glue.env import kernel_config_environment
 
         from . import pass_marks

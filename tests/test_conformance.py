@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -361,7 +362,7 @@ def test_device_queues_share_the_invocations_no_gpu_was_given(tmp_path: Path) ->
                     "sleep 0.3\n")
     fake.chmod(0o755)
     shared = [f"any:--models m{i}" for i in range(4)]
-    env = {**__import__("os").environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
            "ZOO": str(tmp_path / "zoo"), "GPUS": "2", "BUDGET": "600"}
     (tmp_path / "out").mkdir()
     done = subprocess.run(["bash", str(REPO / "benchmarks" / "device_conformance_queues.sh"), "0:--models own0",

@@ -15,9 +15,7 @@ of the marks: tests/test_pass_marks.py, and tests/test_hook.py (the pass process
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +25,8 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import compile_time  # noqa: E402  (imports no torch)
 
 MODEL = """
 import torch
@@ -50,16 +50,12 @@ def example(batch_size=None):
 
 
 def _sweep(model: Path, url: str, **env: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep",
-                           str(model), "--cache", url, "--json"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **env})
+    done = subprocess.run([sys.executable, "-m", "cli", "sweep", str(model), "--cache", url, "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
-    decoder = json.JSONDecoder()
-    for match in reversed(list(re.finditer(r"^\{", done.stdout, flags=re.MULTILINE))):
-        report, _ = decoder.raw_decode(done.stdout, match.start())
-        if "totals" in report:
-            return report
-    raise AssertionError(f"no report on stdout: {done.stdout[-2000:]}")
+    report = compile_time._sweep_payload(done.stdout)  # the report, as the benchmarks read it
+    assert report is not None, done.stdout[-2000:]
+    return report
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(),
