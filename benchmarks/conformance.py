@@ -184,9 +184,9 @@ def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
 
 
 def sweep_sizes(run: Run, model: str) -> list[int]:
-    """B, and 2B when a dynamic mode is selected (auto's recompile runs at 2B)."""
+    """B, and 2B when automatic dynamic is selected (its recompile runs at 2B)."""
     batch = zoo.ZOO[model].batch(run.device)
-    return [batch, 2 * batch] if set(run.args.dynamics) - {"static"} else [batch]
+    return [batch, 2 * batch] if "auto" in run.args.dynamics else [batch]
 
 
 def sweep_passes(run: Run, model: str) -> list[list[str]]:
@@ -441,7 +441,8 @@ def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                         "status": "unavailable", "error": entry.get("reason")})
             continue
         for mode, group in entry.get("modes", {}).items():
-            dynamics = [d for d in DYNAMICS if any(k.endswith("/" + d) for k in group["steps"])]
+            dynamics = [d for d in DYNAMICS if any(k.endswith("/" + d) and not k.startswith("sweep/")
+                                                   for k in group["steps"])]
             out += [_row(entry, model, mode, dynamic, group) for dynamic in dynamics]
     return out
 
@@ -460,7 +461,9 @@ def _ok(result: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict[str, Any]) -> dict[str, Any]:
     steps = group["steps"]
-    sweep, warm = steps.get("sweep"), steps.get(f"warm/{dynamic}")
+    # A merged results file may hold a sweep of this dynamic mode alone (see _merge_steps).
+    sweep_key = f"sweep/{dynamic}" if f"sweep/{dynamic}" in steps else "sweep"
+    sweep, warm = steps.get(sweep_key), steps.get(f"warm/{dynamic}")
     report = sweep if sweep and "found" in sweep else {}  # the sweep's JSON report, if it got that far
     default, default_basis = _baseline(steps, "default", dynamic)
     cold, cold_basis = _baseline(steps, "cold", dynamic)
@@ -470,6 +473,7 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
     parts = [r for r in (sweep, warm, default, cold) if r is not None]
     return {
         "model": model, "library": entry.get("library"), "mode": mode, "dynamic": dynamic, "batch": group.get("batch"),
+        "sweep_key": sweep_key,
         "status": _row_status(sweep, warm, parts), "error": next((one_line(r) for r in parts if one_line(r)), ""),
         # The sweep and the warm start ran to the end: hits and benchmarks are judged even
         # where a baseline failed (Swin-T's cold max-autotune outlasted a device call).
@@ -519,12 +523,13 @@ def goals(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     0 benchmarks and latency within 3% of cold max-autotune (same dynamic mode only)."""
     measured = [r for r in table if r["status"] != "unavailable"]
     groups = {(r["model"], r["mode"]) for r in measured}
-    sweeps = {(r["model"], r["mode"]): r for r in measured if r["key_mismatch"] is not None}
-    mismatched = [f"{m} {mode}" for (m, mode), r in sweeps.items() if r["key_mismatch"]]
+    sweeps = {(r["model"], r["mode"], r.get("sweep_key")): r for r in measured if r["key_mismatch"] is not None}
+    mismatched = [f"{m} {mode}" for (m, mode, _), r in sweeps.items() if r["key_mismatch"]]
     total = sum(r["key_mismatch"] for r in sweeps.values())
+    unswept = groups - {(m, mode) for m, mode, _ in sweeps}
     out = [_goal("0 key_mismatch", "every sweep", total,
                  f"{total} of {sum(r['found'] or 0 for r in sweeps.values())} requests in {len(sweeps)} sweeps",
-                 [not r["key_mismatch"] for r in sweeps.values()], mismatched, len(groups) - len(sweeps))]
+                 [not r["key_mismatch"] for r in sweeps.values()], mismatched, len(unswept))]
     for dynamic in DYNAMICS:
         mine = [r for r in measured if r["dynamic"] == dynamic]
         if not mine:
@@ -803,9 +808,42 @@ def merge_files(paths: list[Path]) -> dict[str, Any]:
             for mode, group in entry.get("modes", {}).items():
                 into = target.setdefault("modes", {}).setdefault(mode, {"steps": {}})
                 into.update({k: v for k, v in group.items() if k != "steps"})
-                into["steps"].update(group.get("steps", {}))
+                _merge_steps(into["steps"], group.get("steps", {}))
     merged["invocations"].sort(key=lambda invocation: invocation.get("date", ""))
     return merged
+
+
+def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:
+    """A later step replaces an earlier one, with two exceptions. One that did not end ok
+    (skipped or cut by its budget, say) keeps an earlier ok result: a device call that ran out
+    of time must not blank a row another call measured. A sweep that captured less than the
+    earlier one (``--dynamics dynamic`` alone after all three) is filed as ``sweep/<dynamic>``
+    for the warm starts it served, so the other rows keep the sweep that served them."""
+    served = [key.split("/")[1] for key in later if key.startswith("warm/")]
+    for key, result in later.items():
+        earlier = _ok(into.get(key))
+        if earlier and not _ok(result):
+            continue
+        if key == "sweep" and earlier and _captured_less(result, earlier) and served:
+            into.update({f"sweep/{dynamic}": result for dynamic in served})
+            continue
+        into[key] = result
+
+
+def _captured_less(sweep: dict[str, Any], than: dict[str, Any]) -> bool:
+    return _captured(sweep) < _captured(than)
+
+
+def _captured(sweep: dict[str, Any]) -> set[str]:
+    """What a sweep step's passes captured, from their commands (``static 16``, ``dynamic 16``):
+    the step's batch_sizes field said [B, 2B] for a ``--dynamics dynamic`` sweep at B (runs 117-119)."""
+    out = set()
+    for command in str(sweep.get("command") or "").split("&&"):
+        words = command.split()
+        kind = "dynamic" if "--dynamic" in words else "static"
+        sizes = words[words.index("--batch-sizes") + 1].split(",") if "--batch-sizes" in words[:-1] else ["?"]
+        out |= {f"{kind} {size}" for size in sizes}
+    return out
 
 
 def _merge(args: argparse.Namespace) -> int:

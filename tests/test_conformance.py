@@ -404,3 +404,43 @@ def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleT
     assert (out / "conformance_nvidia-h200.md").read_text().startswith("# ")
     other = results("h100.json", {}, "2026-11-26T09:40", gpu="NVIDIA H100 80GB HBM3")
     assert conf.main(["--merge", str(first), str(other), "--out", str(out)]) == 2
+
+
+def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_its_dynamic_mode(
+        conf: ModuleType, tmp_path: Path) -> None:
+    """Runs 117-119: a device call that ran out of time left its warm starts "skipped", and a
+    re-run of MLP-Mixer with `--dynamics dynamic` alone swept only the dynamic=True graphs. Neither
+    may blank or replace what an earlier call measured for the other rows."""
+    machine = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}
+
+    def results(name: str, steps: dict[str, Any], date: str) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"machine": machine, "invocations": [{"date": date, "argv": name}],
+                                    "models": {"mlp_mixer": {"library": "torch",
+                                                             "modes": {"infer": {"batch": 64, "steps": steps}}}}}))
+        return path
+
+    def warm(hits: int, misses: int) -> dict[str, Any]:
+        return {"status": "ok", "hook": {"hits": hits, "misses": misses, "errors": 0}}
+
+    sweep = "autotune sweep mlp_mixer_infer.py --cache sqlite:///m.db --json"
+    full = {"status": "ok", "found": 27, "tuned": 27, "failed": 0, "statuses": {"ok": 27}, "batch_sizes": [64, 128],
+            "dynamic": True, "command": f"{sweep} --batch-sizes 64,128 && {sweep} --dynamic --batch-sizes 64"}
+    # batch_sizes as the run recorded it before the fix: the commands say what was captured
+    narrow = {"status": "ok", "found": 9, "tuned": 9, "failed": 0, "statuses": {"ok": 9}, "batch_sizes": [64, 128],
+              "dynamic": True, "command": f"{sweep} --dynamic --batch-sizes 64"}
+    earlier = results("old.json", {"sweep": full, "warm/static": warm(20, 0), "warm/auto": warm(68, 0),
+                                   "warm/dynamic": warm(33, 1)}, "2026-11-26T01:00")
+    cut = results("cut.json", {"sweep": {"status": "timeout"}, "warm/static": {"status": "skipped", "reason": "budget"}},
+                  "2026-11-27T01:00")
+    later = results("new.json", {"sweep": narrow, "warm/dynamic": warm(34, 0)}, "2026-11-27T02:00")
+    merged = conf.merge_files([earlier, cut, later])
+    steps = merged["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
+    assert steps["sweep"] == full and steps["warm/static"] == warm(20, 0)  # the cut call blanked nothing
+    assert steps["sweep/dynamic"] == narrow and steps["warm/dynamic"] == warm(34, 0)
+    table = {r["dynamic"]: r for r in conf.rows(merged)}
+    assert set(table) == {"static", "auto", "dynamic"}  # sweep/dynamic is no row of its own
+    assert (table["static"]["found"], table["auto"]["found"], table["dynamic"]["found"]) == (27, 27, 9)
+    assert (table["dynamic"]["hits"], table["dynamic"]["misses"]) == (34, 0)
+    mismatch = conf.goals(conf.rows(merged))[0]
+    assert "0 of 36 requests in 2 sweeps" in json.dumps(mismatch)
