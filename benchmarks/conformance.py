@@ -824,14 +824,10 @@ def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:
         earlier = _ok(into.get(key))
         if earlier and not _ok(result):
             continue
-        if key == "sweep" and earlier and _captured_less(result, earlier) and served:
+        if key == "sweep" and earlier and _captured(result) < _captured(earlier) and served:
             into.update({f"sweep/{dynamic}": result for dynamic in served})
             continue
         into[key] = result
-
-
-def _captured_less(sweep: dict[str, Any], than: dict[str, Any]) -> bool:
-    return _captured(sweep) < _captured(than)
 
 
 def _captured(sweep: dict[str, Any]) -> set[str]:

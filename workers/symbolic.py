@@ -81,6 +81,12 @@ def memory_order(tensor: torch.Tensor, layout: InputLayout) -> tuple[int, ...] |
     shape, is dense in that order, and every symbolic dimension has its expression."""
     if tuple(tensor.shape) != layout.sizes or len(layout.exprs) != len(layout.symbolic):
         return None
+    return dense_order(tensor)
+
+
+def dense_order(tensor: torch.Tensor) -> tuple[int, ...] | None:
+    """The dimensions from outermost in, or None unless the tensor covers its memory once,
+    without gaps, in that order (a size-1 dimension's stride is free)."""
     order = tuple(sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d)))
     return order if tensor.permute(order).is_contiguous() else None
 
@@ -226,22 +232,10 @@ def own_memory(tensor: torch.Tensor) -> torch.Tensor:
     512 elements viewed as (512, 1) asked with ``s84`` (its base's), not the model's ``s41``
     (the Llama decoder's rotary ``mm`` on an H100, conformance run 116). An input whose
     elements overlap (an expanded dimension) stays a view: it cannot be copied so."""
-    if tensor._base is None or not _dense(tensor):
+    if tensor._base is None or dense_order(tensor) is None:
         return tensor
     owned = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
     return owned.copy_(tensor)
-
-
-def _dense(tensor: torch.Tensor) -> bool:
-    """Every element once, no gaps, in some order of the dimensions (a size-1 one's stride
-    is free)."""
-    expected = 1
-    for size, stride in sorted(((n, s) for n, s in zip(tensor.shape, tensor.stride()) if n != 1),
-                               key=lambda pair: pair[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def carry(fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...],
