@@ -816,15 +816,16 @@ def merge_files(paths: list[Path]) -> dict[str, Any]:
 def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:
     """A later step replaces an earlier one, with two exceptions. One that did not end ok
     (skipped or cut by its budget, say) keeps an earlier ok result: a device call that ran out
-    of time must not blank a row another call measured. A sweep that captured less than the
-    earlier one (``--dynamics dynamic`` alone after all three) is filed as ``sweep/<dynamic>``
-    for the warm starts it served, so the other rows keep the sweep that served them."""
+    of time must not blank a row another call measured. A sweep that did not capture all the
+    earlier one did (``--dynamics dynamic`` alone after all three, or after ``--dynamics auto``
+    on another GPU) is filed as ``sweep/<dynamic>`` for the warm starts it served, so the other
+    rows keep the sweep that served them."""
     served = [key.split("/")[1] for key in later if key.startswith("warm/")]
     for key, result in later.items():
         earlier = _ok(into.get(key))
         if earlier and not _ok(result):
             continue
-        if key == "sweep" and earlier and _captured(result) < _captured(earlier) and served:
+        if key == "sweep" and earlier and not _captured(result) >= _captured(earlier) and served:
             into.update({f"sweep/{dynamic}": result for dynamic in served})
             continue
         into[key] = result

@@ -17,10 +17,18 @@
 # each queue's results into the table
 #   python benchmarks/conformance.py --merge <committed json> g0/conformance_<gpu>.json s*/... ...
 # GPUS (default: nvidia-smi's count) is how many GPUs shared invocations may use.
+# Across device calls: each call may get a fresh machine (the last one is given back after 30 s
+# idle), so the results files and cache databases also come back as $OUT/resume.tgz. Copy it
+# here to .conformance/resume.tgz and carry [".wheelhouse", ".conformance"]: the next call
+# starts from it (RESUME names another archive), and a model whose sweep ended in one call has
+# its warm starts in the next, on a machine that never tuned it.
 set -uo pipefail
 out=${OUT:?OUT is the device tool\'s output folder}
-budget=${BUDGET:-520} zoo=${ZOO:-/root/zoo} start=$SECONDS
+budget=${BUDGET:-520} zoo=${ZOO:-/root/zoo} start=$SECONDS resume=${RESUME:-.conformance/resume.tgz}
 mkdir -p "$zoo"
+if [ -s "$resume" ] && [ -z "$(ls -A "$zoo")" ]; then
+  tar xzf "$resume" -C "$zoo" && echo "resumed from $resume: $(cd "$zoo" && ls -d g* s* 2>/dev/null | tr '\n' ' ')"
+fi
 pool="$zoo/pool" lock="$zoo/pool.lock"
 printf '%s\n' "$@" | sed -n 's/^any://p' > "$pool"
 gpus=$(printf '%s\n' "$@" | grep -v '^any:' | cut -d: -f1)
@@ -57,5 +65,6 @@ for gpu in $gpus; do
 done
 wait
 rm -f "$pool" "$lock"
-(cd "$zoo" && tar czf "$out/zoo.tgz" --exclude='*_work' .)
+(cd "$zoo" && tar czf "$out/zoo.tgz" --exclude='*_work' . \
+  && tar czf "$out/resume.tgz" $(find . -mindepth 2 -maxdepth 2 \( -name 'conformance_*.json' -o -name '*_work' \)))
 for gpu in $gpus; do echo "== gpu $gpu"; tail -n 25 "$zoo/g$gpu.log"; done

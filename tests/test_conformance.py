@@ -444,3 +444,9 @@ def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_
     assert (table["dynamic"]["hits"], table["dynamic"]["misses"]) == (34, 0)
     mismatch = conf.goals(conf.rows(merged))[0]
     assert "0 of 36 requests in 2 sweeps" in json.dumps(mismatch)
+    # A model split over two GPUs of one call: B and 2B on one, --dynamic at B on the other.
+    auto = {**full, "found": 18, "dynamic": False, "command": f"{sweep} --batch-sizes 64,128"}
+    first = results("auto.json", {"sweep": auto, "warm/auto": warm(68, 0)}, "2026-11-28T01:00")
+    second = results("dyn.json", {"sweep": narrow, "warm/dynamic": warm(34, 0)}, "2026-11-28T01:00")
+    split = conf.merge_files([first, second])["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
+    assert (split["sweep"], split["sweep/dynamic"]) == (auto, narrow)
