@@ -38,6 +38,32 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
+# How long a pass told to stop (SIGTERM) has to store what it tuned and report, before it is
+# killed. Its writes wait for the end of a compile (the GIL, see hook.py), and a sweep cut at
+# its deadline lost them all: ResNet-50's training pass is 421 s, 65% of it tuning 321 kernels.
+STOP_GRACE_S = 30.0
+
+
+class PassStopped(BaseException):
+    """The pass was told to stop (SIGTERM or SIGINT): what it tuned so far is stored, nothing published.
+    A BaseException, so that no ``except Exception`` on the way (Inductor's autotuning has
+    several) takes it for a failed candidate."""
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM (a deadline, a scheduler) or SIGINT (Ctrl-C at the sweep's terminal) raises
+    PassStopped in the main thread, once: another, while the pass stores what it has, is
+    ignored. Ctrl-C used to raise KeyboardInterrupt, which published a cut graph's artifacts."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        for other in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(other, signal.SIG_IGN)
+        raise PassStopped(f"signal {signum}")
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+
 
 # Fusion and padding verdicts (inductor_glue/fusion.py, padding.py): HookStats counts them
 # under the same names.
@@ -178,6 +204,10 @@ def tune_pointwise(
                 if after is not None:
                     report.republished += int(withheld)
                     passes.insert(0, after)
+    except PassStopped:  # its compile stored what it tuned; a later sweep's pass goes on from there
+        report.error = (f"stopped after {time.perf_counter() - started:.0f} s; the {report.saved} kernel "
+                        "configs tuned so far are stored")
+        log.warning("the pass was stopped: %s", report.error)
     except Exception as exc:  # the GEMM results are stored already; this step is a bonus
         log.warning("tuning pointwise kernels failed: %s", exc, exc_info=True)
         report.error = f"{type(exc).__name__}: {exc}"
@@ -222,6 +252,9 @@ def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
                 withheld = True
                 log.info("the publishing compile tuned %d kernel configs after compiling them: "
                          "%d artifacts withheld, compiling once more", handle.kernels_tuned, dropped)
+        except PassStopped:  # a graph cut short publishes nothing; its data writes are kept
+            handle.withhold_artifacts()
+            raise
         finally:  # what a failed pass did store still counts
             handle.flush()
             report.add(handle.stats)
@@ -415,25 +448,42 @@ class PointwiseProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
-    def run(self, timeout: float) -> PointwiseReport:
-        """Go, wait for the report (at most ``timeout`` s). Never raises."""
+    def run(self, timeout: float, grace: float = STOP_GRACE_S) -> PointwiseReport:
+        """Go, wait for the report (at most ``timeout`` s); past it, tell the process to stop
+        and give it ``grace`` s to store what it tuned and report. Never raises."""
         started = time.perf_counter()
         try:
             stdout, _ = self.proc.communicate(input="go\n", timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.close()
-            return PointwiseReport(error=f"timed out after {timeout:.0f} s", seconds=timeout)
+            report = self._stop(grace)
+            report.error = f"timed out after {timeout:.0f} s" + (f" ({report.error})" if report.error else "")
+            report.seconds = time.perf_counter() - started
+            return report
         except (OSError, ValueError) as exc:  # it died while starting: a closed pipe
             self.close()
             return PointwiseReport(error=f"the process died: {exc}", seconds=time.perf_counter() - started)
+        return self._report(stdout) or PointwiseReport(
+            error=f"the process exited {self.proc.returncode} without a report", seconds=time.perf_counter() - started)
+
+    def _stop(self, grace: float) -> PointwiseReport:
+        """SIGTERM, then the report the process writes once it has stored what it tuned; killed
+        if it has none within ``grace`` s."""
+        try:
+            self.proc.terminate()
+            stdout, _ = self.proc.communicate(timeout=grace)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            self.close()
+            return PointwiseReport(error=f"killed: no report {grace:.0f} s after SIGTERM")
+        return self._report(stdout) or PointwiseReport(error=f"exited {self.proc.returncode} without a report")
+
+    def _report(self, stdout: str) -> PointwiseReport | None:
         for line in reversed(stdout.splitlines()):
             if line.startswith(_RESULT):
                 report = PointwiseReport(**json.loads(line[len(_RESULT):]))
                 if report.ready_at is not None:
                     report.startup_seconds = round(report.ready_at - self.spawned_at, 3)
                 return report
-        return PointwiseReport(error=f"the process exited {self.proc.returncode} without a report",
-                               seconds=time.perf_counter() - started)
+        return None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -494,8 +544,11 @@ def _mark_finished(spec: PointwiseSpec, settings: Settings) -> None:
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING)
     spec = PointwiseSpec(**json.loads(argv[0]))
+    _stop_on_signals()
     try:
         report = _serve(spec, sys.stdin)
+    except PassStopped:  # before the pass began (loading the model, waiting for the word)
+        report = PointwiseReport(error="stopped before the pass began")
     except Exception as exc:  # a model that fails to load here loaded fine in capture: report, do not crash
         report = PointwiseReport(error=f"{type(exc).__name__}: {exc}")
     sys.stdout.write(_RESULT + json.dumps(report.to_json()) + "\n")

@@ -834,8 +834,14 @@ def _child_env(cache_root: Path, cache_url: str | None) -> dict[str, str]:
     return env
 
 
+# A child cut at its timeout is told to stop first (SIGTERM), and killed this long after: a
+# sweep's end-to-end pass stores the kernel configs it tuned (autotune/pointwise.py), so the
+# next attempt goes on from them instead of from nothing.
+STOP_GRACE_S = 30.0
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | None) -> Completed:
-    """Run a child in its own process group; on timeout kill that group."""
+    """Run a child in its own process group; on timeout stop that group, then kill it."""
     log.debug("running %s", " ".join(cmd))
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -844,17 +850,25 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | N
         stdout, stderr = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGTERM)  # the child's own group: it, its pass, its compile workers
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the child's own group: it and its compile workers
-        except ProcessLookupError:
-            pass
-        stdout, stderr = proc.communicate()
+            stdout, stderr = proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
         rc = None
     wall = time.perf_counter() - start
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(f"$ {' '.join(cmd)}\n# rc={rc} wall={wall:.1f}s\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
     return Completed(rc, stdout or "", stderr or "", wall)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _marker_payload(stdout: str) -> dict[str, Any] | None:

@@ -259,9 +259,12 @@ def run_steps(run: Run, steps: list[Step]) -> None:
 def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
     """A sweep's database is kept only while warm starts of its group are still to run: the
     device tool brings back 8 files, and a finished group needs none (a later run that adds
-    warm starts sweeps again)."""
+    warm starts sweeps again). A sweep cut at its deadline keeps its database: what it tuned
+    is where --retry-errors goes on from."""
     for model, mode in {(s.model, s.mode) for s in planned}:
         steps = run.group(model, mode)["steps"]
+        if (steps.get("sweep") or {}).get("status") == "timeout":
+            continue
         if all(_complete(steps.get(s.key)) for s in planned if s.kind == "warm" and (s.model, s.mode) == (model, mode)):
             for path in _cache_files(run.cache_path(model, mode)):
                 path.unlink(missing_ok=True)
@@ -343,7 +346,10 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
     done: dict[str, Any] = group.setdefault("sweep_passes", {})
     if not cache.exists() or not set(done) <= {_pass_key(arg) for arg in planned}:
         done.clear()  # nothing to resume from: the passes start again on a fresh database
-    if not done:
+    # A sweep cut at its deadline (--retry-errors runs it again) kept what it tuned, its
+    # end-to-end pass's kernel configs included: go on from that database, not from nothing.
+    resumed = cache.exists() and (group["steps"].get(step.key) or {}).get("status") == "timeout"
+    if not done and not resumed:
         for path in _cache_files(cache):
             path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
     passes, step_timeout, began = [], options.timeout, time.monotonic()
@@ -364,6 +370,8 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
     if len(passes) == len(planned) and all(p.get("status") == "ok" for p in passes):
         group.pop("sweep_passes", None)  # merged into the step's result below
     result = merge_sweeps(passes)
+    if resumed:
+        result["resumed"] = "went on from the database of a sweep cut at its deadline"
     result["batch_sizes"] = sweep_sizes(run, step.model)
     result["dynamic"] = "dynamic" in run.args.dynamics and len(passes) == len(planned)
     return result

@@ -327,6 +327,39 @@ def test_a_sweep_cut_in_its_teardown_after_its_report_is_done(conf: ModuleType, 
     assert result["error"] == "timed out after 3 s"
 
 
+def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
+        conf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep past its deadline gets SIGTERM first (its end-to-end pass then stores the kernel
+    configs it tuned: T5's --dynamic sweep was cut twice at ~520 s, runs 120-121, and kept
+    nothing), and --retry-errors runs it again on the database it left, not a fresh one."""
+    stored = tmp_path / "stored"
+    model_run = conf.ct.ModelRun("m", "m.py", ["sweep"], tmp_path, f"sqlite:///{tmp_path / 'c.db'}", train=False)
+    options = argparse.Namespace(timeout=3.0, batch_size=None, sweep_arg=None)
+    stand_in = (f"import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, lambda *a: "
+                f"(pathlib.Path({str(stored)!r}).write_text('kept'), sys.exit(0))); time.sleep(60)")
+    monkeypatch.setattr(conf.ct, "_autotune_cli", lambda: [sys.executable, "-c", stand_in])
+    assert conf.ct.run_sweep(model_run, options, None)["status"] == "timeout"
+    assert stored.read_text() == "kept"  # stopped, not killed
+
+    seen: list[str] = []
+
+    def fake_sweep(model_run: Any, options: argparse.Namespace, log_path: Any) -> dict[str, Any]:
+        db = Path(model_run.cache_url.removeprefix("sqlite:///"))
+        seen.append(db.read_text() if db.exists() else "fresh")
+        db.write_text("tuned before the cut")
+        return {"status": "timeout", "error": "timed out after 3 s"} if len(seen) == 1 else \
+            {"status": "ok", "found": 1, "tuned": 0, "failed": 0, "statuses": {"ok": 1}, "command": "sweep"}
+
+    monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
+    steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["dynamic"], "none") if s.kind == "sweep"]
+    run = _run(conf, tmp_path, budget=10_000.0)
+    run.args.dynamics, run.args.retry_errors = ["dynamic"], True
+    conf.run_steps(run, steps)
+    conf.run_steps(run, steps)
+    assert seen == ["fresh", "tuned before the cut"]
+    assert "resumed" in run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["sweep"]
+
+
 def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The second pass (--dynamic) gets what the first left of the step's timeout, not all of

@@ -227,6 +227,50 @@ def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
     assert process.proc.wait(timeout=120) == 0
 
 
+def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_no_mark(
+        swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep cut at its deadline sends its end-to-end pass SIGTERM. The pass holds its
+    writes until a compile ends (hook.py), and a stop used to lose them all: now its compile
+    stores them, it reports, and a later sweep's pass (unmarked) goes on from them."""
+    from autotune import pass_marks
+    from autotune.in_graph import SOURCE
+    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from conftest import copy_sqlite
+    from inductor_glue.env import kernel_config_environment
+
+    url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "stopped.db")
+    spec = PointwiseSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",
+                         time_in_graph=True)
+    monkeypatch.setenv("TINY_STOP_PASS", "1")  # the model stops its own pass after its GEMMs
+    report = PointwiseProcess(spec).run(timeout=300)
+    assert report.error is not None and report.error.startswith("stopped after"), report
+    assert report.gemm_hits == 2 and len(report.verdicts) == 2
+    with Store(url) as store:
+        sources = {r.request.key: r.provenance.source for _, r in store.list_results()}
+        assert pass_marks.unfinished(store, kernel_config_environment("cpu"), [spec]) == [spec]
+    assert all(sources[v["request_key"]] == SOURCE for v in report.verdicts)  # stored before it stopped
+
+
+def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
+        swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+
+    hanging = tmp_path / "hanging"
+    monkeypatch.setenv("TINY_HANG_PASS", str(hanging))  # building the model for the pass hangs
+    process = PointwiseProcess(PointwiseSpec(TINY, "hangs_in_its_pass", [None], "max-autotune", {}, False,
+                                             swept, device="cpu"))
+    assert process.proc.stdin is not None
+    process.proc.stdin.write("go\n")  # the word run() gives, early: the timeout below is the pass's own
+    process.proc.stdin.flush()
+    deadline = time.monotonic() + 300
+    while not hanging.exists() and time.monotonic() < deadline and process.proc.poll() is None:
+        time.sleep(0.2)
+    assert hanging.exists(), "the pass never began"
+    report = process.run(timeout=1, grace=60)
+    assert report.error is not None and report.error.startswith("timed out after 1 s (stopped after"), report
+    assert process.proc.returncode == 0  # it reported and exited; it was not killed
+
+
 def test_the_pass_times_served_gemms_in_the_graph_and_jobs_weigh_its_verdict(swept: str, tmp_path: Path) -> None:
     """The end-to-end pass (on GPUs by default; asked for here on CPU) times each served
     request's choices in its own process and stores that verdict; a job then weighs those

@@ -60,3 +60,44 @@ def chatty(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.
     """example(), from a model file that prints to stdout as it builds (as many do)."""
     print(f"building the tiny MLP at batch {batch_size}")
     return example(batch_size)
+
+
+@torch._dynamo.disable
+def _stop_here() -> None:
+    """Between two graphs, run eagerly: tell this very process to stop (SIGTERM), as a sweep
+    cut at its deadline does to its end-to-end pass; only where TINY_STOP_PASS is set."""
+    import os
+    import signal
+
+    if os.environ.get("TINY_STOP_PASS"):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _StopsAfterItsGemms(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.net(x)  # the first graph: both GEMMs, looked up (and timed, in the pass)
+        _stop_here()
+        return y * 2
+
+
+def stops_its_pass(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """example()'s GEMMs, then a stop (SIGTERM) where TINY_STOP_PASS is set."""
+    model, inputs = example(batch_size)
+    return _StopsAfterItsGemms(model).eval(), inputs
+
+
+def hangs_in_its_pass(batch_size: int | None = None) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """example(), except that building it hangs where TINY_HANG_PASS names a file: it is
+    written first, so a test knows the pass has begun. A pass past its deadline."""
+    import os
+    import time
+    from pathlib import Path
+
+    if os.environ.get("TINY_HANG_PASS"):
+        Path(os.environ["TINY_HANG_PASS"]).write_text("hanging")
+        time.sleep(600)
+    return example(batch_size)
