@@ -75,3 +75,61 @@ def test_a_sweep_with_every_gemm_cached_runs_the_pass_that_never_finished(tmp_pa
 
     again = _sweep(model, url)
     assert again["totals"]["tuned"] == 0 and again["pointwise"] is None  # its mark is there now
+
+
+STOPPING_MODEL = """
+import os
+import signal
+import sys
+
+import torch
+
+
+@torch._dynamo.disable
+def _stop_the_first_pass():
+    # Only in the sweep's end-to-end pass (python -m autotune.pointwise), and only once: as a
+    # deadline's SIGTERM would, between the first graph (run, so its kernels are tuned) and
+    # the second.
+    flag = os.environ["STOP_FLAG"]
+    if sys.argv[0].endswith("pointwise.py") and not os.path.exists(flag):
+        open(flag, "w").close()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.norm = torch.nn.Linear(256, 1024), torch.nn.LayerNorm(1024)
+        self.down, self.norm2 = torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)
+
+    def forward(self, x):
+        y = self.norm(torch.nn.functional.gelu(self.up(x)))
+        _stop_the_first_pass()
+        return self.norm2(torch.tanh(self.down(y)))
+
+
+def example(batch_size=None):
+    torch.manual_seed(0)
+    net = Net().eval().to("cuda", torch.bfloat16)
+    return net, (torch.randn(batch_size or 256, 256, device="cuda", dtype=torch.bfloat16),)
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: only GPUs tune pointwise kernels in the sweep's pass")
+def test_a_pass_stopped_midway_keeps_its_kernel_configs_and_the_next_pass_loads_them(tmp_path: Path) -> None:
+    """A sweep cut at its deadline (T5's --dynamic sweep, twice, runs 120-121) stops its pass
+    with SIGTERM: the configs tuned so far are stored, and the next sweep's pass loads them."""
+    model = tmp_path / "net.py"
+    model.write_text(STOPPING_MODEL)
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    flag = str(tmp_path / "stopped-once")
+
+    stopped = _sweep(model, url, STOP_FLAG=flag)
+    assert stopped["pointwise"] is not None and (stopped["pointwise"]["error"] or "").startswith("stopped after"), \
+        stopped["pointwise"]
+    assert stopped["pointwise"]["saved"] >= 1  # the first graph's kernels, stored before it stopped
+
+    resumed = _sweep(model, url, STOP_FLAG=flag)
+    assert resumed["totals"]["tuned"] == 0 and resumed["pointwise"]["error"] is None, resumed["pointwise"]
+    assert resumed["pointwise"]["loaded"] >= stopped["pointwise"]["saved"]  # not tuned again
