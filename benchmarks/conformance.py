@@ -263,11 +263,16 @@ def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
     is where --retry-errors goes on from."""
     for model, mode in {(s.model, s.mode) for s in planned}:
         steps = run.group(model, mode)["steps"]
-        if (steps.get("sweep") or {}).get("status") == "timeout":
+        if _sweep_was_cut(steps):
             continue
         if all(_complete(steps.get(s.key)) for s in planned if s.kind == "warm" and (s.model, s.mode) == (model, mode)):
             for path in _cache_files(run.cache_path(model, mode)):
                 path.unlink(missing_ok=True)
+
+
+def _sweep_was_cut(steps: dict[str, Any]) -> bool:
+    """Whether the group's sweep was cut at its deadline: its database holds what it tuned."""
+    return (steps.get("sweep") or {}).get("status") == "timeout"
 
 
 def _cache_files(cache: Path) -> tuple[Path, ...]:
@@ -348,7 +353,7 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
         done.clear()  # nothing to resume from: the passes start again on a fresh database
     # A sweep cut at its deadline (--retry-errors runs it again) kept what it tuned, its
     # end-to-end pass's kernel configs included: go on from that database, not from nothing.
-    resumed = cache.exists() and (group["steps"].get(step.key) or {}).get("status") == "timeout"
+    resumed = cache.exists() and _sweep_was_cut(group["steps"])
     if not done and not resumed:
         for path in _cache_files(cache):
             path.unlink(missing_ok=True)  # a fresh database: every request tuned by this sweep
