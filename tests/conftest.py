@@ -10,6 +10,8 @@ server cannot be reached the PostgreSQL tests are skipped, except on CI
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sqlite3
 import subprocess
@@ -138,28 +140,50 @@ def _no_ambient_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def _shared_compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One directory of compiled kernels for the session's hook jobs (tests/hook_job.py says
     what is shared and what is not); shared by the xdist workers of one run."""
-    base = tmp_path_factory.getbasetemp()
-    directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-kernels"
+    directory = _run_root(tmp_path_factory) / "shared-kernels"
     directory.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_TEST_SHARED_KERNELS", str(directory))
         yield
 
 
-# ------------------------------------------------------------ one signed sweep per session
+# ------------------------------------------------------------ one signed sweep per run
+
+
+def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of this pytest run that all its xdist workers share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """``(directory, made)``: a directory shared by every xdist worker of this run. The first
+    worker to get here makes its content (``made`` False: fill it); the others wait for it
+    and reuse it. The suite's modules that share a sweep then run on several workers at
+    once without each sweeping again (a signed CPU sweep costs a minute or more)."""
+    root = _run_root(tmp_path_factory)
+    directory, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = done.exists()
+        directory.mkdir(exist_ok=True)
+        yield directory, made
+        done.touch()  # not reached when making it failed: the next worker tries and says why
 
 
 @pytest.fixture(scope="session")
 def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A trusted writer's key pair and a stranger's, from `autotune keys new`."""
+    """A trusted writer's key pair and a stranger's, from `autotune keys new`; one pair per
+    run, since the shared signed sweep below is signed with it."""
     from click.testing import CliRunner
 
     import cli
 
-    root = tmp_path_factory.mktemp("keys")
-    for name in ("writer", "stranger"):
-        result = CliRunner().invoke(cli.main, ["keys", "new", str(root / name)])
-        assert result.exit_code == 0, result.output
+    with _once_per_run(tmp_path_factory, "keys") as (root, made):
+        for name in ("writer", "stranger") if not made else ():
+            result = CliRunner().invoke(cli.main, ["keys", "new", str(root / name)])
+            assert result.exit_code == 0, result.output
     return {"writer": root / "writer", "writer.pub": root / "writer.pub",
             "stranger": root / "stranger", "stranger.pub": root / "stranger.pub"}
 
@@ -167,13 +191,15 @@ def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def _signed_tiny_cache(tmp_path_factory: pytest.TempPathFactory, signing_keys: dict[str, Path]) -> Path:
     """`autotune sweep --signing-key` of tests/models/tiny_mlp.py into SQLite, once per
-    session (a CPU sweep is about a minute): winners and signed artifacts. Tests get copies."""
-    path = tmp_path_factory.mktemp("signed") / "cache.db"
-    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", TINY, "--device", "cpu",
-                           "--cache", f"sqlite:///{path}", "--signing-key", str(signing_keys["writer"])],
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert "2 tuned" in proc.stdout and "signed artifacts published" in proc.stdout, proc.stdout
+    run (a CPU sweep is about a minute): winners and signed artifacts. Tests get copies."""
+    with _once_per_run(tmp_path_factory, "signed") as (directory, made):
+        path = directory / "cache.db"
+        if not made:
+            proc = subprocess.run([sys.executable, "-m", "cli", "sweep", TINY, "--device", "cpu",
+                                   "--cache", f"sqlite:///{path}", "--signing-key", str(signing_keys["writer"])],
+                                  capture_output=True, text=True, timeout=600, cwd=REPO)
+            assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+            assert "2 tuned" in proc.stdout and "signed artifacts published" in proc.stdout, proc.stdout
     return path
 
 

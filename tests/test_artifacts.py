@@ -27,7 +27,7 @@ from test_hook import TINY, job
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
-pytestmark = pytest.mark.xdist_group("signed_sweep")
+pytestmark = pytest.mark.xdist_group("signed_artifacts")  # its own sweep copy; the signed sweep is one per run (conftest)
 
 PAYLOAD = bytes(range(256)) * 8
 

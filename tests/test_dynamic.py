@@ -26,7 +26,7 @@ from test_hook import job
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
-pytestmark = pytest.mark.xdist_group("signed_sweep")
+pytestmark = pytest.mark.xdist_group("signed_dynamic")  # its own sweep copy; the signed sweep is one per run (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from cache import Store
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
-pytestmark = pytest.mark.xdist_group("signed_sweep")
+pytestmark = pytest.mark.xdist_group("signed_hook")  # its own sweep copy; the signed sweep is one per run (conftest)
 
 TESTS = Path(__file__).parent
 TINY = str(TESTS / "models" / "tiny_mlp.py")

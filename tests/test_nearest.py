@@ -20,7 +20,7 @@ from test_hook import job
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
-pytestmark = pytest.mark.xdist_group("signed_sweep")
+pytestmark = pytest.mark.xdist_group("signed_nearest")  # its own sweep copy; the signed sweep is one per run (conftest)
 
 
 def test_nearer_in_log_terms_wins_and_ties_go_to_the_larger_shape() -> None:
