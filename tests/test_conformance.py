@@ -358,6 +358,9 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
     conf.run_steps(run, steps)
     assert seen == ["fresh", "tuned before the cut"]
     assert "resumed" in run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["sweep"]
+    entry = run.report["models"]["mlp_mixer"]
+    row = conf._row(entry, "mlp_mixer", "infer", "dynamic", entry["modes"]["infer"])
+    assert row["tuned"] == 0 and "sweep resumed from a cut sweep's database (1 of its 1 requests stored by then)" in conf._notes(row)
 
 
 def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,
