@@ -492,7 +492,7 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
         # where a baseline failed (Swin-T's cold max-autotune outlasted a device call).
         "warm_ok": _row_status(sweep, warm, [r for r in (sweep, warm) if r is not None]) == "ok",
         "found": report.get("found"), "tuned": report.get("tuned"), "failed": report.get("failed"),
-        "resumed": bool(report.get("resumed")),
+        "resumed": bool(report.get("resumed")), "cached": report.get("cached"),
         "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
         "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
         "benchmarks": _warm_benchmarks(_ok(warm)),
@@ -622,8 +622,8 @@ def _bench_cell(bench: dict[str, int] | None) -> str:
 def _notes(r: dict[str, Any]) -> str:
     notes = []
     if r.get("resumed"):  # its "tuned" counts this sweep's own; the cut sweep's show as cached
-        stored = (r["found"] or 0) - (r["tuned"] or 0) - (r["failed"] or 0)
-        notes.append(f"sweep resumed from a cut sweep's database ({stored} of its {r['found']} requests stored by then)")
+        notes.append(f"sweep resumed from a cut sweep's database ({r['cached']} of its {r['found']} requests "
+                     "stored by then)")
     if r["status"] != "ok" and r.get("error"):
         notes.append(r["error"])
     recompile = r.get("recompile")

@@ -348,7 +348,8 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
         seen.append(db.read_text() if db.exists() else "fresh")
         db.write_text("tuned before the cut")
         return {"status": "timeout", "error": "timed out after 3 s"} if len(seen) == 1 else \
-            {"status": "ok", "found": 1, "tuned": 0, "failed": 0, "statuses": {"ok": 1}, "command": "sweep"}
+            {"status": "ok", "found": 1, "cached": 1, "tuned": 0, "failed": 0, "statuses": {"cached": 1},
+             "command": "sweep"}
 
     monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
     steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["dynamic"], "none") if s.kind == "sweep"]
