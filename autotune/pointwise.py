@@ -506,6 +506,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
         return PointwiseReport(error="cancelled")
     idle = time.perf_counter() - ready
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
+    _leave_mark(spec, settings, finished=False)  # its GEMMs are stored: a cut pass may resume beside capture
     # A share of a model's kernels compiles the whole model in each of several processes,
     # which must all weigh the same GEMM timings: those stored, not each its own.
     time_in_graph = spec.time_in_graph
@@ -517,12 +518,12 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
                                 time_in_graph=time_in_graph, dynamic=spec.dynamic)
     report.ready_at, report.idle_seconds = ready_at, round(idle, 3)
     if report.error is None:
-        _mark_finished(spec, settings)
+        _leave_mark(spec, settings, finished=True)
     return report
 
 
-def _mark_finished(spec: PointwiseSpec, settings: Settings) -> None:
-    """Tell later sweeps this pass is done (``pass_marks``); a read-only cache takes no mark."""
+def _leave_mark(spec: PointwiseSpec, settings: Settings, finished: bool) -> None:
+    """Tell later sweeps this pass began, or is done (``pass_marks``); a read-only cache takes no mark."""
     if settings.read_only:
         return
     from cache.store import Store
@@ -533,10 +534,11 @@ def _mark_finished(spec: PointwiseSpec, settings: Settings) -> None:
     try:
         store = Store(settings.cache)
     except Exception:  # the hook has logged why already; the next sweep runs the pass again
-        log.warning("could not open the cache to mark the pass finished", exc_info=True)
+        log.warning("could not open the cache to mark the pass", exc_info=True)
         return
     try:
-        pass_marks.mark_finished(store, kernel_config_environment(spec.device), spec)
+        mark = pass_marks.mark_finished if finished else pass_marks.mark_started
+        mark(store, kernel_config_environment(spec.device), spec)
     finally:
         store.close()
 

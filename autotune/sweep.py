@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: b
     from workers.spares import Spares
 
     from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
+    from .resumed_pass import ResumedPass
     from .queue import SweepQueue
 
 log = logging.getLogger(__name__)
@@ -411,6 +412,7 @@ class _Sweep:
         self.starter: PoolStarter | None = None
         self.dispatcher: _Dispatcher | None = None
         self.pointwise: PointwisePass | None = None
+        self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
 
     def mark(self, milestone: str) -> None:
         self.report.mark(milestone, time.perf_counter() - self.started)
@@ -583,6 +585,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         sweep.mark("models_loaded")
         if not options.dry_run:
             sweep.start_tuning()
+            sweep.resumed = _resume_cut_pass(sweep, models)
         sweep.capture(models)
         sweep.mark("capture_done")
         if not options.dry_run:
@@ -592,14 +595,19 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         if sweep.pointwise is None and not options.dry_run and models:
             sweep.pointwise = _pass_still_owed(sweep, models)
     except BaseException:
-        if sweep.pointwise is not None:
-            sweep.pointwise.close()
+        for running in (sweep.pointwise, sweep.resumed):
+            if running is not None:
+                running.close()
         if local_ray:
             _undo_early_start(sweep, None)  # its spares: sweep.close()
         raise
     finally:
         sweep.close()
     report = sweep.report
+    if sweep.resumed is not None:  # before any later pass: two on one GPU would skew each other's timings
+        sweep.progress.stage("finishing the end-to-end pass a cut sweep left (begun before capture)")
+        report.pointwise = sweep.resumed.join()
+        sweep.mark("resumed_pass_done")
     if sweep.pointwise is not None and report.store_error is not None:
         sweep.pointwise.close()  # it would write to a cache that refuses writes
         sweep.pointwise = None
@@ -608,8 +616,9 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         signed = ", publishing signed artifacts" if settings.signing_key else ""
         sweep.progress.stage(f"{what}{signed} (one compile and run with the new winners)")
         sweep.mark("pointwise_go")
-        report.pointwise = sweep.pointwise.run(settings.request_timeout)
+        later = sweep.pointwise.run(settings.request_timeout)
         sweep.mark("pointwise_done")
+        report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
 
@@ -699,6 +708,35 @@ def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: S
                           signing_key=settings.signing_key, dynamic=options.dynamic) for model in models]
 
 
+def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | None:
+    """The passes a cut sweep of these models left begun and unfinished, started now
+    (``resumed_pass``). Not with --force or --misses (their GEMMs are tuned anew first), nor
+    with a signing key (a publishing pass compiles after every kernel of its model is tuned)."""
+    options, settings = sweep.options, sweep.settings
+    if options.force or options.misses or not models or _publishes(sweep.local, settings):
+        return None
+    if not _wants_pointwise(sweep.local, settings, sweep.device):
+        return None
+    from inductor_glue.env import kernel_config_environment
+
+    from .resumed_pass import start_if_cut
+
+    specs = _pointwise_specs(models, options, settings, sweep.device, sweep.kwargs)
+    resumed = start_if_cut(sweep.store, kernel_config_environment(sweep.device), specs,
+                           _local_gpus(settings, sweep.device), settings.request_timeout)
+    if resumed is not None:
+        sweep.mark("resumed_pass_go")
+        sweep.progress.stage(f"going on with {len(resumed.digests)} end-to-end pass(es) a cut sweep left, "
+                             "beside capture")
+    return resumed
+
+
+def _both(first: PointwiseReport, second: PointwiseReport) -> PointwiseReport:
+    from .pointwise import merge_reports
+
+    return merge_reports([first, second], first.seconds + second.seconds)
+
+
 def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | None:
     """The end-to-end pass of a sweep that tuned no GEMM: with a signing key always (what is
     missing is published); on a GPU for each model whose last pass did not finish, cut
@@ -715,6 +753,8 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
         from . import pass_marks
 
         specs = pass_marks.unfinished(sweep.store, kernel_config_environment(sweep.device), specs)
+        if sweep.resumed is not None:  # begun before capture: it ran, or runs, in this sweep already
+            specs = [spec for spec in specs if not sweep.resumed.covers(spec)]
         if not specs:
             return None
         log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",

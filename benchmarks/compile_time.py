@@ -1101,7 +1101,9 @@ def _sweep_totals(report: dict[str, Any]) -> dict[str, Any]:
             "found": totals.get("found"), "cached": totals.get("cached"), "tuned": totals.get("tuned"),
             "failed": totals.get("failed"), "device_name": report.get("device_name"),
             "startup_s": totals.get("startup_seconds"), "tuning_s": totals.get("tuning_seconds"),
-            "pointwise": report.get("pointwise")}
+            "pointwise": report.get("pointwise"),
+            # When a cut sweep's end-to-end pass was started again, beside capture (None: it was not).
+            "resumed_pass_s": (report.get("timeline") or {}).get("resumed_pass_go")}
 
 
 def _sweep_status(done: Completed, report: dict[str, Any] | None, timeout: float) -> dict[str, Any]:

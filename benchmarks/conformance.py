@@ -493,6 +493,7 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
         "warm_ok": _row_status(sweep, warm, [r for r in (sweep, warm) if r is not None]) == "ok",
         "found": report.get("found"), "tuned": report.get("tuned"), "failed": report.get("failed"),
         "resumed": bool(report.get("resumed")), "cached": report.get("cached"),
+        "pass_beside_capture": report.get("resumed_pass_s") is not None,
         "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
         "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
         "benchmarks": _warm_benchmarks(_ok(warm)),
@@ -624,6 +625,8 @@ def _notes(r: dict[str, Any]) -> str:
     if r.get("resumed"):  # its "tuned" counts this sweep's own; the cut sweep's show as cached
         notes.append(f"sweep resumed from a cut sweep's database ({r['cached']} of its {r['found']} requests "
                      "stored by then)")
+    if r.get("pass_beside_capture"):
+        notes.append("its cut end-to-end pass went on beside capture")
     if r["status"] != "ok" and r.get("error"):
         notes.append(r["error"])
     recompile = r.get("recompile")

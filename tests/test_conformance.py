@@ -348,8 +348,10 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
         seen.append(db.read_text() if db.exists() else "fresh")
         db.write_text("tuned before the cut")
         return {"status": "timeout", "error": "timed out after 3 s"} if len(seen) == 1 else \
-            {"status": "ok", "found": 1, "cached": 1, "tuned": 0, "failed": 0, "statuses": {"cached": 1},
-             "command": "sweep"}
+            {**conf.ct._sweep_totals({"totals": {"found": 1, "cached": 1, "tuned": 0, "failed": 0},
+                                      # its cut pass began again beside capture
+                                      "timeline": {"resumed_pass_go": 3.5, "capture_done": 40.0}}),
+             "status": "ok", "statuses": {"cached": 1}, "command": "sweep"}
 
     monkeypatch.setattr(conf.ct, "run_sweep", fake_sweep)
     steps = [s for s in conf.plan(["mlp_mixer"], ["infer"], ["dynamic"], "none") if s.kind == "sweep"]
@@ -362,6 +364,7 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
     entry = run.report["models"]["mlp_mixer"]
     row = conf._row(entry, "mlp_mixer", "infer", "dynamic", entry["modes"]["infer"])
     assert row["tuned"] == 0 and "sweep resumed from a cut sweep's database (1 of its 1 requests stored by then)" in conf._notes(row)
+    assert "its cut end-to-end pass went on beside capture" in conf._notes(row)
 
 
 def test_a_sweeps_passes_share_the_steps_time(conf: ModuleType, tmp_path: Path,

@@ -72,6 +72,7 @@ def test_a_sweep_with_every_gemm_cached_runs_the_pass_that_never_finished(tmp_pa
     assert resumed["totals"]["tuned"] == 0 and resumed["totals"]["cached"] == cut["totals"]["found"]
     assert resumed["pointwise"] is not None and resumed["pointwise"]["error"] is None, resumed["pointwise"]
     assert resumed["pointwise"]["saved"] >= 1  # the GELU and the layer norm, tuned at last
+    assert "resumed_pass_go" not in resumed["timeline"]  # it never began: it waits for capture, as before
 
     again = _sweep(model, url)
     assert again["totals"]["tuned"] == 0 and again["pointwise"] is None  # its mark is there now
@@ -119,7 +120,8 @@ def example(batch_size=None):
                     reason="needs a CUDA GPU: only GPUs tune pointwise kernels in the sweep's pass")
 def test_a_pass_stopped_midway_keeps_its_kernel_configs_and_the_next_pass_loads_them(tmp_path: Path) -> None:
     """A sweep cut at its deadline (T5's --dynamic sweep, twice, runs 120-121) stops its pass
-    with SIGTERM: the configs tuned so far are stored, and the next sweep's pass loads them."""
+    with SIGTERM: the configs tuned so far are stored, and the next sweep's pass loads them.
+    That pass starts beside the next sweep's capture (autotune/resumed_pass.py)."""
     model = tmp_path / "net.py"
     model.write_text(STOPPING_MODEL)
     url = f"sqlite:///{tmp_path / 'cache.db'}"
@@ -133,3 +135,5 @@ def test_a_pass_stopped_midway_keeps_its_kernel_configs_and_the_next_pass_loads_
     resumed = _sweep(model, url, STOP_FLAG=flag)
     assert resumed["totals"]["tuned"] == 0 and resumed["pointwise"]["error"] is None, resumed["pointwise"]
     assert resumed["pointwise"]["loaded"] >= stopped["pointwise"]["saved"]  # not tuned again
+    # It had begun (its GEMMs were stored), so it began again before capture ended, beside it.
+    assert resumed["timeline"]["resumed_pass_go"] < resumed["timeline"]["capture_done"], resumed["timeline"]

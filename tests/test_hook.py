@@ -216,6 +216,8 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
     assert (report.gemm_hits, report.gemm_misses) == (2, 0)
     with Store(url) as store:
         assert pass_marks.unfinished(store, env, [swept_spec, spec]) == []
+        assert pass_marks.started_key(spec) in pass_marks.read(store, env)  # it left both marks
+        assert pass_marks.resumable(pass_marks.read(store, env), [spec]) == []
 
 
 def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
@@ -227,7 +229,7 @@ def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
     assert process.proc.wait(timeout=120) == 0
 
 
-def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_no_mark(
+def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_mark(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep cut at its deadline sends its end-to-end pass SIGTERM. The pass holds its
     writes until a compile ends (hook.py), and a stop used to lose them all: now its compile
@@ -248,6 +250,8 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_no_mark(
     with Store(url) as store:
         sources = {r.request.key: r.provenance.source for _, r in store.list_results()}
         assert pass_marks.unfinished(store, kernel_config_environment("cpu"), [spec]) == [spec]
+        # It began: the next sweep of this model starts it again beside capture (resumed_pass.py).
+        assert pass_marks.resumable(pass_marks.read(store, kernel_config_environment("cpu")), [spec]) == [spec]
     assert all(sources[v["request_key"]] == SOURCE for v in report.verdicts)  # stored before it stopped
 
 

@@ -62,3 +62,34 @@ def test_a_database_that_is_down_owes_every_pass_and_takes_no_mark(model: Path) 
     down = Store("postgresql+psycopg://postgres@127.0.0.1:1/x")  # nothing listens there
     assert pass_marks.unfinished(down, make_env(), [_spec(model)]) == [_spec(model)]
     pass_marks.mark_finished(down, make_env(), _spec(model))  # logs, never raises: the pass's work is stored
+
+
+def test_a_pass_that_began_and_never_finished_is_resumable(model: Path) -> None:
+    """A sweep cut in its pass left the 'started' mark only: the next sweep starts that pass
+    beside its capture (autotune/resumed_pass.py)."""
+    begun, other = _spec(model), _spec(model, dynamic=True)
+    marks = {pass_marks.started_key(begun): {}}
+    assert pass_marks.resumable(marks, [begun, other]) == [begun]  # the other never began: capture first
+    assert not pass_marks.finished(marks, begun)  # a started mark is no share of a finished pass
+    marks[pass_marks.key(begun)] = {}
+    assert pass_marks.resumable(marks, [begun, other]) == []  # finished: nothing owed
+    assert pass_marks.resumable({pass_marks.started_key(begun): {}}, [_spec(model, train=True)]) == []
+
+
+def test_started_marks_round_trip_and_count_as_pass_marks(model: Path, store_url: str) -> None:
+    h100, h200 = make_env(device_name="NVIDIA H100"), make_env(device_name="NVIDIA H200")
+    spec = _spec(model)
+    with Store(store_url) as store:
+        assert pass_marks.read(store, h100) == {}
+        pass_marks.mark_started(store, h100, spec)
+        assert pass_marks.resumable(pass_marks.read(store, h100), [spec]) == [spec]
+        assert pass_marks.resumable(pass_marks.read(store, h200), [spec]) == []  # began on another GPU
+        pass_marks.mark_finished(store, h100, spec)
+        assert pass_marks.resumable(pass_marks.read(store, h100), [spec]) == []
+        assert store.stats()["kernel_configs_by_kind"].get("pass") == 2
+
+
+def test_a_database_that_is_down_resumes_no_pass(model: Path) -> None:
+    down = Store("postgresql+psycopg://postgres@127.0.0.1:1/x")
+    assert pass_marks.read(down, make_env()) == {}  # logs: the pass then runs after capture, as before
+    pass_marks.mark_started(down, make_env(), _spec(model))  # logs, never raises
