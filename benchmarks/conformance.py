@@ -260,12 +260,14 @@ def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
     """A sweep's database is kept only while warm starts of its group are still to run: the
     device tool brings back 8 files, and a finished group needs none (a later run that adds
     warm starts sweeps again). A sweep cut at its deadline keeps its database: what it tuned
-    is where --retry-errors goes on from."""
+    is where --retry-errors goes on from. So does one whose warm starts --retry-errors is to
+    run again: T5's finished ``--dynamic`` sweep (three calls) lost its database to a warm
+    start that had failed before it, and the retry swept from nothing (run 128)."""
     for model, mode in {(s.model, s.mode) for s in planned}:
         steps = run.group(model, mode)["steps"]
         if _sweep_was_cut(steps):
             continue
-        if all(_complete(steps.get(s.key)) for s in planned if s.kind == "warm" and (s.model, s.mode) == (model, mode)):
+        if all(_done(run, steps.get(s.key)) for s in planned if s.kind == "warm" and (s.model, s.mode) == (model, mode)):
             for path in _cache_files(run.cache_path(model, mode)):
                 path.unlink(missing_ok=True)
 
@@ -310,7 +312,7 @@ def _skip(run: Run, step: Step, reason: str) -> None:
     log.info("%s: skipped, %s", step.name, reason)
     run.incomplete += 1
     steps = run.group(step.model, step.mode)["steps"]
-    if not _complete(steps.get(step.key)):
+    if not _done(run, steps.get(step.key)):  # a result kept is one a retry would not run again
         steps[step.key] = {"status": "skipped", "reason": reason, "date": _now()}
 
 

@@ -490,3 +490,48 @@ def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_
     second = results("dyn.json", {"sweep": narrow, "warm/dynamic": warm(34, 0)}, "2026-11-28T01:00")
     split = conf.merge_files([first, second])["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
     assert (split["sweep"], split["sweep/dynamic"]) == (auto, narrow)
+
+
+def test_a_retried_warm_start_cut_by_the_budget_keeps_its_finished_sweeps_database(
+        conf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs 126-128 (H100): T5's --dynamic sweep was cut in one call, so its warm start read
+    'not run: the sweep failed'. The next call (--retry-errors) finished the sweep, and the
+    warm start ran out of budget: it kept that stale error, the database was dropped as if the
+    group were done, and the call after swept from nothing. Now the cut warm start reads
+    'skipped', the database stays, and the retry runs the warm start alone."""
+    ran: list[str] = []
+    cut_warm = {"on": False}
+
+    def fake_execute(run: Any, step: Any, timeout: float) -> dict[str, Any]:
+        ran.append(step.name)
+        if step.kind == "sweep":
+            run.cache_path(step.model, step.mode).write_text("db")
+            return {**_fake_result(step), "batch_sizes": [conf.zoo.ZOO[step.model].batch(run.device)], "dynamic": True}
+        if cut_warm["on"]:
+            return {"status": "timeout", "error": f"timed out after {timeout:.0f} s"}
+        return _fake_result(step)
+
+    monkeypatch.setattr(conf, "execute", fake_execute)
+    steps = conf.plan(["mlp_mixer"], ["infer"], ["dynamic"], "none")
+    (tmp_path / "conformance_cpu_work").mkdir()
+    run = _run(conf, tmp_path, budget=10_000.0)
+    run.args.dynamics, run.args.retry_errors, run.args.timeout = ["dynamic"], True, 600.0
+    group = run.group("mlp_mixer", "infer")
+    group["steps"]["sweep"] = {"status": "timeout", "error": "timed out after 500 s"}  # the first call's cut
+    group["steps"]["warm/dynamic"] = {"status": "error", "error": "not run: the sweep failed (timed out after 500 s)"}
+    run.cache_path("mlp_mixer", "infer").write_text("db")
+
+    cut_warm["on"] = True
+    run.steps_run, run.args.timeout = 0, 600.0
+    monkeypatch.setattr(conf, "estimate_s", lambda *a: 1.0)
+    monkeypatch.setattr(run, "left_s", lambda: 100.0)  # the warm start gets less than its timeout: the budget cuts it
+    conf.run_steps(run, steps)
+    assert ran == ["mlp_mixer infer sweep", "mlp_mixer infer warm/dynamic"]
+    assert group["steps"]["warm/dynamic"]["status"] == "skipped"  # not the stale error
+    assert run.cache_path("mlp_mixer", "infer").exists()  # the finished sweep's database stays
+
+    ran.clear()
+    cut_warm["on"] = False
+    conf.run_steps(run, steps)
+    assert ran == ["mlp_mixer infer warm/dynamic"]  # the sweep is not run again
+    assert not run.cache_path("mlp_mixer", "infer").exists()  # the group is done now
