@@ -75,7 +75,8 @@ class HookStats:
     winner_not_generated: int = 0
     # Misses served with on_miss="nearest" from the nearest swept shape (still misses).
     nearest: int = 0
-    # Pointwise/reduction configs served from the cache, and copied into it.
+    # Pointwise/reduction configs served from the cache, and copied into it (one per kernel:
+    # Inductor saves a kernel's config after its autotuning and again after coordinate descent).
     kernel_configs_loaded: int = 0
     kernel_configs_saved: int = 0
     # Decisions Inductor takes by timing on GPUs, served from the cache instead, and copied
@@ -133,8 +134,9 @@ class ServePolicy:
         self._deferred_artifacts: list[Callable[[], None]] = []
         self._artifacts_withheld = False
         self._deferred_lock = threading.Lock()
-        # Pointwise/reduction configs Inductor tuned in this process (saved, not served).
-        self.kernels_tuned = 0
+        # Pointwise/reduction kernels Inductor tuned in this process (saved, not served), by key.
+        self.tuned_keys: set[str] = set()
+        self._configs_saved: set[str] = set()  # their keys (the writer thread's alone)
         self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
@@ -378,14 +380,16 @@ class ServePolicy:
         """Copy one config Inductor just tuned into the store, without waiting for it."""
         from inductor_glue.env import kernel_config_environment
 
-        self.kernels_tuned += 1
+        self.tuned_keys.add(key)
         if self._disabled or not self.settings.write_back or self.settings.read_only:
             return
         env = kernel_config_environment(device)
 
         def put(store: Any) -> None:
-            store.put_kernel_configs(env, {key: value})
-            self.stats.kernel_configs_saved += 1
+            store.put_kernel_configs(env, {key: value})  # coordinate descent's config replaces autotuning's
+            if key not in self._configs_saved:
+                self._configs_saved.add(key)
+                self.stats.kernel_configs_saved += 1
             if len(self.stats.saved_keys) < 64 and key not in self.stats.saved_keys:
                 self.stats.saved_keys.append(key)
 
@@ -559,7 +563,7 @@ class WarmStart:
     @property
     def kernels_tuned(self) -> int:
         """Pointwise/reduction kernels Inductor tuned in this process (not served)."""
-        return self._policy.kernels_tuned
+        return len(self._policy.tuned_keys)
 
     def withhold_artifacts(self) -> int:
         """Publish none of this process's compiled artifacts, queued or to come (the sweep's

@@ -305,7 +305,7 @@ def test_the_sweeps_pass_holds_its_writes_until_flush_and_loses_none(sqlite_url:
     assert store.kernel_configs(env) == {}
     policy.flush(30)
     assert store.kernel_configs(env) == {"best_config:ab/c1.best_config": {"XBLOCK": 128}}
-    assert policy.stats.kernel_configs_saved == 2
+    assert policy.stats.kernel_configs_saved == 1  # one kernel's config (Inductor saves it twice: coordinate descent)
     policy.save_kernel_config("cpu", "best_config:ab/c2.best_config", {"XBLOCK": 32})
     policy.close()  # not flushed: close still hands it to the writer
     policy._writer.shutdown(wait=True)
