@@ -59,6 +59,15 @@ class CacheMissError(RuntimeError):
     """Raised with on_miss="error": the cache does not cover a request."""
 
 
+MISSES_LISTED = 32
+
+
+def missed_entry(request: TuningRequest) -> dict[str, Any]:
+    """What a miss asked for, to compare with what the sweep captured (``autotune show``)."""
+    return {"request": shape_summary(request), "key": request.key,
+            "exprs": [list(i.exprs) for i in request.inputs], "strides": [list(i.strides) for i in request.inputs]}
+
+
 @dataclass
 class HookStats:
     hits: int = 0
@@ -90,6 +99,9 @@ class HookStats:
     verdict_log: list[str] = field(default_factory=list)
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
+    # The first few misses, with their size expressions: a dynamic graph's job that misses
+    # what the sweep stored asks for other forms (ConvNeXt-T, H100 runs 122 and 127).
+    missed: list[dict[str, Any]] = field(default_factory=list)
     # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
     # did not (unsigned, unknown key, bad signature) and were compiled instead; ones signed
     # and stored by this process; models Dynamo could not package.
@@ -313,6 +325,8 @@ class ServePolicy:
             return  # Inductor may look the same request up twice (precompile check, then tuning)
         self._logged_misses.add(request.key)
         self.stats.misses += 1
+        if len(self.stats.missed) < MISSES_LISTED:
+            self.stats.missed.append(missed_entry(request))
         log.info("autotune: cache miss %s", shape_summary(request))
         if self.settings.read_only:
             return

@@ -88,6 +88,7 @@ class PointwiseReport:
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
+    missed: list[dict[str, Any]] = field(default_factory=list)  # the first GEMM misses (hook.missed_entry)
     verdicts: list[dict[str, Any]] = field(default_factory=list)  # GEMMs timed in the graph (in_graph.py)
     # Each compile's kind and seconds, in order (where the pass's time goes).
     passes: list[dict[str, Any]] = field(default_factory=list)
@@ -113,6 +114,7 @@ class PointwiseReport:
             setattr(self, name, getattr(self, name) + getattr(stats, name))
         self.verdict_log += stats.verdict_log
         self.saved_keys += [k for k in stats.saved_keys if k not in self.saved_keys]
+        self.missed += stats.missed
         self.verdicts += stats.verdicts
 
 
@@ -199,6 +201,7 @@ def tune_pointwise(
                 report.passes.append({"batch_sizes": list(session.sizes), "dynamic": session.dynamic,
                                       "time_in_graph": current.time_in_graph,
                                       "publishes": current.publishes, "kernels_tuned": stats.kernel_configs_saved,
+                                      "gemm_hits": stats.hits, "gemm_misses": stats.misses,
                                       "seconds": round(time.perf_counter() - began, 3)})
                 after = follow_up(current, any(v["changed"] for v in stats.verdicts), withheld)
                 if after is not None:
@@ -359,6 +362,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts
+        merged.missed += report.missed
         merged.verdict_log += report.verdict_log
         merged.passes += report.passes
         merged.phases += report.phases

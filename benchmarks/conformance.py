@@ -498,6 +498,7 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
         "pass_beside_capture": report.get("resumed_pass_s") is not None,
         "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
         "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
+        "missed": [m.get("request") for m in hook.get("missed") or []],
         "benchmarks": _warm_benchmarks(_ok(warm)),
         "warm_first_s": (_ok(warm) or {}).get("first_call_s"),
         "default_first_s": (_ok(default) or {}).get("first_call_s"),
@@ -641,6 +642,9 @@ def _notes(r: dict[str, Any]) -> str:
                         else ""))
     if r.get("hook_errors"):
         notes.append(f"{r['hook_errors']} hook errors")
+    if r.get("missed"):  # the warm start's own list (hook.missed_entry), with its size expressions in the JSON
+        shown = sorted(set(r["missed"]))
+        notes.append("missed: " + ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""))
     return "; ".join(notes).replace("|", "\\|")
 
 

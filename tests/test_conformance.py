@@ -535,3 +535,16 @@ def test_a_retried_warm_start_cut_by_the_budget_keeps_its_finished_sweeps_databa
     conf.run_steps(run, steps)
     assert ran == ["mlp_mixer infer warm/dynamic"]  # the sweep is not run again
     assert not run.cache_path("mlp_mixer", "infer").exists()  # the group is done now
+
+
+def test_a_row_with_misses_names_them(conf: ModuleType) -> None:
+    """A warm start that missed lists what it asked for (hook.missed_entry): the row says which."""
+    warm = {"status": "ok", "first_call_s": 79.4, "bench": {"gemm_autotune": 2},
+            "hook": {"hits": 40, "misses": 2, "errors": 0,
+                     "missed": [{"request": "conv 16x96x56x56 * 96x1x7x7 bf16", "exprs": [["s77"]]},
+                                {"request": "addmm 50176x96 @ 96x384 + 50176x384 bf16", "exprs": []}]}}
+    group = {"batch": 16, "steps": {"sweep": {"status": "ok", "found": 33, "tuned": 33, "failed": 0,
+                                              "statuses": {"ok": 33}}, "warm/dynamic": warm}}
+    row = conf._row({"library": "torchvision"}, "convnext_tiny", "infer", "dynamic", group)
+    assert row["missed"] == ["conv 16x96x56x56 * 96x1x7x7 bf16", "addmm 50176x96 @ 96x384 + 50176x384 bf16"]
+    assert "missed: addmm 50176x96 @ 96x384 + 50176x384 bf16, conv 16x96x56x56 * 96x1x7x7 bf16" in conf._notes(row)

@@ -82,6 +82,9 @@ def test_on_miss_aten_takes_aten_without_benchmarking_and_logs_misses(sqlite_url
         misses = store.misses()
     assert sorted(m.request.op for m in misses) == ["packed_linear", "packed_linear"]
     assert all(m.request.inputs and m.request.choice_hashes for m in misses)  # enough to reproduce
+    # The job's own report names each miss, with its key and sizes, to compare with a sweep's capture.
+    assert sorted(m["key"] for m in report["stats"]["missed"]) == sorted(m.request.key for m in misses)
+    assert all(m["request"].startswith("packed_linear ") and m["strides"] for m in report["stats"]["missed"])
 
 
 def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> None:
