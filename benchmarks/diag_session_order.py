@@ -14,7 +14,12 @@ report compares the last session's request keys across variants and prints each 
 found in one variant only, with its size expressions: the same keys everywhere means the
 order does not matter.
 
-usage: python benchmarks/diag_session_order.py --model convnext_tiny [--out DIR]
+Run 128 (H100): all four variants keyed the same 17 requests, so order is not the cause.
+``--job-config`` adds two variants that capture with a job's Inductor config instead of
+capture's (``benchmark_epilogue_fusion`` on: a template's node is then a MultiTemplateBuffer
+until the scheduler settles it, which a view after it may see), alone and after the marked graph.
+
+usage: python benchmarks/diag_session_order.py --model convnext_tiny [--job-config] [--out DIR]
        python benchmarks/diag_session_order.py --model-file tests/models/tiny_patches.py --device cpu
 """
 
@@ -35,6 +40,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))  # the zoo registry
 # (sessions in order, PYTHONHASHSEED): the job's order, the sweep's order, and each again
 # under another seed (a set's order could also decide which form Inductor builds).
 VARIANTS: tuple[tuple[str, str], ...] = (("all", "0"), ("all", "1"), ("marked,all", "0"), ("marked,all", "1"))
+JOB_CONFIG = {"benchmark_epilogue_fusion": True}  # what capture turns off (inductor_glue.capture.CAPTURE_CONFIG)
 
 
 def capture_in_order(model_file: str, sessions: list[str], batch: int, device: str) -> list[list[dict[str, Any]]]:
@@ -46,6 +52,8 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
     from inductor_glue.modelfile import load_model_file
 
     model = load_model_file(model_file)
+    if os.environ.get("DIAG_CAPTURE_CONFIG"):  # a job's Inductor config in place of capture's
+        capture.CAPTURE_CONFIG = json.loads(os.environ["DIAG_CAPTURE_CONFIG"])
     found = []
     for kind in sessions:
         with mock.patch.object(capture, "compile_sessions", lambda *_: [capture.Session((batch,), kind)]):
@@ -55,13 +63,16 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
     return found
 
 
-def _variant(model_file: str, sessions: str, seed: str, batch: int, device: str) -> dict[str, Any]:
+def _variant(model_file: str, sessions: str, seed: str, batch: int, device: str,
+             config: dict[str, Any] | None = None) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": seed, **({"DIAG_CAPTURE_CONFIG": json.dumps(config)} if config else {})}
+    label = sessions + (" job-config" if config else "")
     done = subprocess.run([sys.executable, __file__, "_child", model_file, sessions, str(batch), device],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+                          capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        return {"sessions": sessions, "seed": seed, "error": done.stderr[-2000:]}
+        return {"sessions": label, "seed": seed, "error": done.stderr[-2000:]}
     last = json.loads(done.stdout.strip().splitlines()[-1])[-1]
-    return {"sessions": sessions, "seed": seed, "requests": last}
+    return {"sessions": label, "seed": seed, "requests": last}
 
 
 def compare(variants: list[dict[str, Any]]) -> list[str]:
@@ -69,7 +80,7 @@ def compare(variants: list[dict[str, Any]]) -> list[str]:
     ran = [v for v in variants if "requests" in v]
     keys = [{r["key"] for r in v["requests"]} for v in ran]
     everywhere = set.intersection(*keys) if keys else set()
-    lines = [f"{v['sessions']:<12} seed {v['seed']}: " + (v["error"].strip().splitlines()[-1] if "error" in v else
+    lines = [f"{v['sessions']:<21} seed {v['seed']}: " + (v["error"].strip().splitlines()[-1] if "error" in v else
              f"{len(v['requests'])} requests, {len({r['key'] for r in v['requests']} - everywhere)} found only here")
              for v in variants]
     for v in ran:
@@ -91,6 +102,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="default: the zoo's batch, else 8")
     parser.add_argument("--device", default=None, help="default: cuda when a GPU is visible")
     parser.add_argument("--out", type=Path, default=None, help="write diag_session_order.json here")
+    parser.add_argument("--job-config", action="store_true",
+                        help="also capture with a job's Inductor config (benchmark_epilogue_fusion on), alone "
+                             "and after the marked graph")
     args = parser.parse_args()
     import torch
 
@@ -102,6 +116,8 @@ def main() -> None:
         model_file = str(zoo.write_stub(args.model, "infer", Path(tempfile.mkdtemp(prefix="diag_order_"))))
         batch = args.batch or zoo.ZOO[args.model].batch(device)
     variants = [_variant(model_file, sessions, seed, batch, device) for sessions, seed in VARIANTS]
+    if args.job_config:
+        variants += [_variant(model_file, sessions, "0", batch, device, JOB_CONFIG) for sessions in ("all", "marked,all")]
     print("\n".join(compare(variants)))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
