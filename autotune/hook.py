@@ -148,7 +148,7 @@ class ServePolicy:
         self._deferred_lock = threading.Lock()
         # Pointwise/reduction kernels Inductor tuned in this process (saved, not served), by key.
         self.tuned_keys: set[str] = set()
-        self._configs_saved: set[str] = set()  # their keys (the writer thread's alone)
+        self._configs_saved: set[str] = set()  # keys stored so far (read and written on the writer thread only)
         self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
