@@ -70,12 +70,9 @@ def finished(marks: dict[str, Any], spec: PointwiseSpec) -> bool:
 
 def unfinished(store: Any, env: Any, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
     """The specs whose pass has no complete mark in ``store`` under ``env``. A store that
-    cannot be read counts as no marks: the pass runs, as it did before marks existed."""
-    try:
-        marks = store.kernel_configs(env, PREFIX)
-    except Exception:  # a pass too many costs minutes; a skipped one costs every job
-        log.warning("could not read which passes finished; running them", exc_info=True)
-        marks = {}
+    cannot be read counts as no marks: the pass runs, as it did before marks existed (a pass
+    too many costs minutes; a skipped one costs every job)."""
+    marks = read(store, env)
     return [spec for spec in specs if not finished(marks, spec)]
 
 
@@ -85,7 +82,8 @@ def resumable(marks: dict[str, Any], specs: list[PointwiseSpec]) -> list[Pointwi
 
 
 def read(store: Any, env: Any) -> dict[str, Any]:
-    """Every mark under ``env``; none when the store cannot be read (a resumed pass then waits for capture)."""
+    """Every mark under ``env``; none when the store cannot be read (every pass is then owed, and
+    none resumes before capture)."""
     try:
         return dict(store.kernel_configs(env, PREFIX))
     except Exception:

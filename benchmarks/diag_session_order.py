@@ -15,9 +15,10 @@ found in one variant only, with its size expressions: the same keys everywhere m
 order does not matter.
 
 Run 128 (H100): all four variants keyed the same 17 requests, so order is not the cause.
-``--job-config`` adds two variants that capture with a job's Inductor config instead of
-capture's (``benchmark_epilogue_fusion`` on: a template's node is then a MultiTemplateBuffer
-until the scheduler settles it, which a view after it may see), alone and after the marked graph.
+``--job-config`` adds two variants that capture with a job's Inductor config, without
+capture's own settings (``CAPTURE_CONFIG``: ``benchmark_epilogue_fusion`` stays on, so a
+template's node is a MultiTemplateBuffer until the scheduler settles it, which a view after
+it may see), alone and after the marked graph.
 
 usage: python benchmarks/diag_session_order.py --model convnext_tiny [--job-config] [--out DIR]
        python benchmarks/diag_session_order.py --model-file tests/models/tiny_patches.py --device cpu
@@ -40,7 +41,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))  # the zoo registry
 # (sessions in order, PYTHONHASHSEED): the job's order, the sweep's order, and each again
 # under another seed (a set's order could also decide which form Inductor builds).
 VARIANTS: tuple[tuple[str, str], ...] = (("all", "0"), ("all", "1"), ("marked,all", "0"), ("marked,all", "1"))
-JOB_CONFIG = {"benchmark_epilogue_fusion": True}  # what capture turns off (inductor_glue.capture.CAPTURE_CONFIG)
 
 
 def capture_in_order(model_file: str, sessions: list[str], batch: int, device: str) -> list[list[dict[str, Any]]]:
@@ -52,8 +52,8 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
     from inductor_glue.modelfile import load_model_file
 
     model = load_model_file(model_file)
-    if os.environ.get("DIAG_CAPTURE_CONFIG"):  # a job's Inductor config in place of capture's
-        capture.CAPTURE_CONFIG = json.loads(os.environ["DIAG_CAPTURE_CONFIG"])
+    if os.environ.get("DIAG_JOB_CONFIG"):  # none of capture's own Inductor settings: a job's
+        capture.CAPTURE_CONFIG = {}
     found = []
     for kind in sessions:
         with mock.patch.object(capture, "compile_sessions", lambda *_: [capture.Session((batch,), kind)]):
@@ -64,9 +64,9 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
 
 
 def _variant(model_file: str, sessions: str, seed: str, batch: int, device: str,
-             config: dict[str, Any] | None = None) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONHASHSEED": seed, **({"DIAG_CAPTURE_CONFIG": json.dumps(config)} if config else {})}
-    label = sessions + (" job-config" if config else "")
+             job_config: bool = False) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": seed, **({"DIAG_JOB_CONFIG": "1"} if job_config else {})}
+    label = sessions + (" job-config" if job_config else "")
     done = subprocess.run([sys.executable, __file__, "_child", model_file, sessions, str(batch), device],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="default: cuda when a GPU is visible")
     parser.add_argument("--out", type=Path, default=None, help="write diag_session_order.json here")
     parser.add_argument("--job-config", action="store_true",
-                        help="also capture with a job's Inductor config (benchmark_epilogue_fusion on), alone "
+                        help="also capture without capture's own Inductor settings (CAPTURE_CONFIG), alone "
                              "and after the marked graph")
     args = parser.parse_args()
     import torch
@@ -117,7 +117,8 @@ def main() -> None:
         batch = args.batch or zoo.ZOO[args.model].batch(device)
     variants = [_variant(model_file, sessions, seed, batch, device) for sessions, seed in VARIANTS]
     if args.job_config:
-        variants += [_variant(model_file, sessions, "0", batch, device, JOB_CONFIG) for sessions in ("all", "marked,all")]
+        variants += [_variant(model_file, sessions, "0", batch, device, job_config=True)
+                     for sessions in ("all", "marked,all")]
     print("\n".join(compare(variants)))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
