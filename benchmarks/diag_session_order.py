@@ -18,9 +18,18 @@ Run 128 (H100): all four variants keyed the same 17 requests, so order is not th
 ``--job-config`` adds two variants that capture with a job's Inductor config, without
 capture's own settings (``CAPTURE_CONFIG``: ``benchmark_epilogue_fusion`` stays on, so a
 template's node is a MultiTemplateBuffer until the scheduler settles it, which a view after
-it may see), alone and after the marked graph.
+it may see), alone and after the marked graph. ``--templates`` adds one more: a job's config,
+with capture answering every request that offers a Triton template with that template (a job
+served stored winners ran its stem convolution as one; capture answers ATen). Every variant
+also traces each autotune input whose size expressions divide a power (``(x**2)//x``): the
+Inductor node it came from, to name what builds that form.
 
-usage: python benchmarks/diag_session_order.py --model convnext_tiny [--job-config] [--out DIR]
+Run 129 (H200): the template, job-config and plain variants keyed the same 17 requests, and
+the trace found the divided width in capture as well. The cause was the selector filing two
+lookups with one ``inputs_key`` and other size expressions as one request
+(tests/test_expression_forms.py).
+
+usage: python benchmarks/diag_session_order.py --model convnext_tiny [--job-config] [--templates] [--out DIR]
        python benchmarks/diag_session_order.py --model-file tests/models/tiny_patches.py --device cpu
 """
 
@@ -29,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,25 +64,65 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
     model = load_model_file(model_file)
     if os.environ.get("DIAG_JOB_CONFIG"):  # none of capture's own Inductor settings: a job's
         capture.CAPTURE_CONFIG = {}
+    if os.environ.get("DIAG_TEMPLATES"):
+        _answer_with_templates(capture)
+    traces = _trace_powers()
     found = []
     for kind in sessions:
         with mock.patch.object(capture, "compile_sessions", lambda *_: [capture.Session((batch,), kind)]):
             result = capture.capture_model(model, batch_sizes=(batch,), device=device, dynamic=True)
         found.append([{"key": r.key, "request": shape_summary(r), "op": r.op,
                        "exprs": [list(i.exprs) for i in r.inputs]} for r in result.requests])
+    found.append(traces)  # type: ignore[arg-type]  # the last line's last item: read by _variant
     return found
 
 
+def _answer_with_templates(capture: Any) -> None:
+    """Capture picks a request's first Triton template, as a job served a template winner does."""
+    from torch._inductor import select_algorithm as sa
+
+    answer_aten = capture.CapturePolicy.lookup
+
+    def lookup(self: Any, request: Any, choices: list[Any], benchmark: Any, default: Any) -> Any:
+        timings = answer_aten(self, request, choices, benchmark, default)
+        templates = [c for c in choices if isinstance(c, sa.TritonTemplateCaller)]
+        return {c: (0.001 if c is templates[0] else 1.0) for c in choices} if templates else timings
+
+    capture.CapturePolicy.lookup = lookup
+
+
+_DIVIDED_POWER = re.compile(r"\*\*\d+\)*//")  # ((s53//4))**2)//((s53//4)): a power divided again
+
+
+def _trace_powers() -> list[dict[str, Any]]:
+    """Each autotune input whose size expressions divide a power, with the Inductor node behind it."""
+    from inductor_glue import inductor
+
+    traces: list[dict[str, Any]] = []
+    layouts_of = inductor.input_layouts
+
+    def traced(nodes: list[Any]) -> Any:
+        layouts = layouts_of(nodes)
+        for node, layout in zip(nodes, layouts):
+            if any(_DIVIDED_POWER.search(e) for e in layout.exprs) and len(traces) < 8:
+                traces.append({"exprs": list(layout.exprs), "node": str(node)[:4000]})
+        return layouts
+
+    inductor.input_layouts = traced
+    return traces
+
+
 def _variant(model_file: str, sessions: str, seed: str, batch: int, device: str,
-             job_config: bool = False) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONHASHSEED": seed, **({"DIAG_JOB_CONFIG": "1"} if job_config else {})}
-    label = sessions + (" job-config" if job_config else "")
+             job_config: bool = False, templates: bool = False) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": seed, **({"DIAG_JOB_CONFIG": "1"} if job_config else {}),
+           **({"DIAG_TEMPLATES": "1"} if templates else {})}
+    label = sessions + (" job-config" if job_config else "") + (" templates" if templates else "")
     done = subprocess.run([sys.executable, __file__, "_child", model_file, sessions, str(batch), device],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
         return {"sessions": label, "seed": seed, "error": done.stderr[-2000:]}
-    last = json.loads(done.stdout.strip().splitlines()[-1])[-1]
-    return {"sessions": label, "seed": seed, "requests": last}
+    *sessions_found, traces = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"sessions": label, "seed": seed, "requests": sessions_found[-1], "powers": traces}
 
 
 def compare(variants: list[dict[str, Any]]) -> list[str]:
@@ -87,6 +137,9 @@ def compare(variants: list[dict[str, Any]]) -> list[str]:
         for r in v["requests"]:
             if r["key"] not in everywhere:
                 lines.append(f"  only in {v['sessions']} seed {v['seed']}: {r['request']} exprs {r['exprs']}")
+        for trace in v.get("powers", [])[:2]:
+            node = " ".join(trace["node"].split())[:600]
+            lines.append(f"  power in {v['sessions']} seed {v['seed']}: {trace['exprs']} from {node}")
     return lines
 
 
@@ -105,6 +158,10 @@ def main() -> None:
     parser.add_argument("--job-config", action="store_true",
                         help="also capture without capture's own Inductor settings (CAPTURE_CONFIG), alone "
                              "and after the marked graph")
+    parser.add_argument("--templates", action="store_true",
+                        help="also capture with a job's config, answering each request with a Triton template")
+    parser.add_argument("--skip-order", action="store_true",
+                        help="run only the first order variant (all, seed 0) besides those asked for")
     args = parser.parse_args()
     import torch
 
@@ -115,16 +172,22 @@ def main() -> None:
 
         model_file = str(zoo.write_stub(args.model, "infer", Path(tempfile.mkdtemp(prefix="diag_order_"))))
         batch = args.batch or zoo.ZOO[args.model].batch(device)
-    variants = [_variant(model_file, sessions, seed, batch, device) for sessions, seed in VARIANTS]
+    order = VARIANTS[:1] if args.skip_order else VARIANTS
+    asked = [(sessions, seed, {}) for sessions, seed in order]
+    if args.templates:  # before the job-config pair: it is the question run 128 left
+        asked.append(("all", "0", {"job_config": True, "templates": True}))
     if args.job_config:
-        variants += [_variant(model_file, sessions, "0", batch, device, job_config=True)
-                     for sessions in ("all", "marked,all")]
+        asked += [(sessions, "0", {"job_config": True}) for sessions in ("all", "marked,all")]
+    variants: list[dict[str, Any]] = []
+    for sessions, seed, flags in asked:  # written after each: a device call's limit may cut the last
+        variants.append(_variant(model_file, sessions, seed, batch, device, **flags))
+        print(f"done: {variants[-1]['sessions']} seed {seed}", flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "diag_session_order.json").write_text(json.dumps(
+                {"model": args.model or model_file, "batch": batch, "device": device, "torch": torch.__version__,
+                 "variants": variants}, indent=1) + "\n")
     print("\n".join(compare(variants)))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "diag_session_order.json").write_text(json.dumps(
-            {"model": args.model or model_file, "batch": batch, "device": device, "torch": torch.__version__,
-             "variants": variants}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ everything and keep every timing) or serve (answer from the SQL cache).
 
 Inductor calls ``lookup`` without the input nodes, and on GPUs it may call it
 long after ``__call__`` returned (multi-template buffers are timed in the
-scheduler). So ``__call__`` describes the request up front and files it under
-(op, inputs_key) for the lookup to find.
+scheduler). So ``__call__`` describes the request up front, and the lookup finds
+it by the choices it is handed: the same objects ``__call__`` was given. (op,
+inputs_key) alone is not enough: it holds size hints, and two lookups of one graph
+can share it with other size expressions, and so other kernels.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import logging
 import math
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
@@ -246,7 +249,9 @@ class Selector(sa.AlgorithmSelectorCache):
         super().__init__()
         self.policy = policy
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str, str], ObservedRequest] = {}
+        self._pending: dict[tuple[str, str, str, tuple[tuple[str, ...], ...]], ObservedRequest] = {}
+        # id(choice) -> (the choice, weakly, and the request __call__ described with it)
+        self._described: dict[int, tuple[Callable[[], Any], ObservedRequest]] = {}
 
     def __call__(self, name: str, choices: list[Any], input_nodes: list[Any], layout: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: E501
         try:
@@ -269,20 +274,28 @@ class Selector(sa.AlgorithmSelectorCache):
             inputs=input_layouts(input_nodes),
             params=params,
         )
+        exprs = tuple(layout.exprs for layout in observed.inputs)
         with self._lock:
-            self._pending.setdefault((name, inputs_key, _variant_key(params["aten"])), observed)
+            # One graph can ask twice with one (op, inputs_key) and other size expressions
+            # (ConvNeXt-T under dynamic=True: a block's width is s53//4 or
+            # ((s53//4)**2)//(s53//4)): their kernels differ, so they are two requests.
+            observed = self._pending.setdefault((name, inputs_key, _variant_key(params["aten"]), exprs), observed)
+            for choice in choices:
+                self._described[id(choice)] = (_weak(choice), observed)
 
     def lookup(self, choices: list[Any], op: str, inputs: str, benchmark: Benchmark | None, hint_override: int | None = None) -> Timings:  # noqa: E501
         inputs_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
         variant = _variant_key(_aten_kwargs(choices))
         pending_key = (op, inputs, variant)
         with self._lock:
-            observed = self._pending.get(pending_key)
+            observed = self._described_with(choices)
+            if observed is None:
+                observed = self._first_described(pending_key)
             if observed is None and variant == _NO_VARIANT:
                 observed = self._only_variant(op, inputs)
             if observed is None:  # a lowering that bypassed __call__: describe what we can
                 observed = ObservedRequest(op, inputs_key, torch.get_float32_matmul_precision(), (), {})
-                self._pending[pending_key] = observed
+                self._pending[(*pending_key, ())] = observed
             known = {choice_hash(c) for c in observed.offered}
             observed.offered.extend(c for c in choices if choice_hash(c) not in known)
         if hint_override is not None:
@@ -292,16 +305,39 @@ class Selector(sa.AlgorithmSelectorCache):
 
         return self.policy.lookup(observed, list(choices), benchmark, default)
 
+    def _described_with(self, choices: list[Any]) -> ObservedRequest | None:
+        """The request ``__call__`` described with these very choice objects."""
+        for choice in choices:
+            entry = self._described.get(id(choice))
+            if entry is not None and entry[0]() is choice:
+                return entry[1]
+        return None
+
+    def _first_described(self, pending_key: tuple[str, str, str]) -> ObservedRequest | None:
+        """The first request described under (op, inputs_key, variant), whatever its sizes'
+        expressions: for a lookup whose choices ``__call__`` never saw."""
+        return next((observed for key, observed in self._pending.items() if key[:3] == pending_key), None)
+
     def _only_variant(self, op: str, inputs: str) -> ObservedRequest | None:
         """The one request described under (op, inputs), for a lookup whose choices do not
         name its variant (no ATen choice among them); None when there are several or none."""
-        found = [observed for (name, key, _), observed in self._pending.items() if (name, key) == (op, inputs)]
+        found = [observed for key, observed in self._pending.items() if key[:2] == (op, inputs)]
         return found[0] if len(found) == 1 else None
 
     def cache_clear(self) -> None:
         super().cache_clear()
         with self._lock:
             self._pending.clear()
+            self._described.clear()
+
+
+def _weak(choice: Any) -> Callable[[], Any]:
+    """A weak reference to ``choice`` (a strong one where it takes none): an id is only
+    the choice's while the choice lives."""
+    try:
+        return weakref.ref(choice)
+    except TypeError:
+        return lambda: choice
 
 
 @contextlib.contextmanager
