@@ -319,10 +319,11 @@ class Selector(sa.AlgorithmSelectorCache):
         return next((observed for key, observed in self._pending.items() if key[:3] == pending_key), None)
 
     def _only_variant(self, op: str, inputs: str) -> ObservedRequest | None:
-        """The one request described under (op, inputs), for a lookup whose choices do not
-        name its variant (no ATen choice among them); None when there are several or none."""
-        found = [observed for key, observed in self._pending.items() if key[:2] == (op, inputs)]
-        return found[0] if len(found) == 1 else None
+        """The request described under (op, inputs), for a lookup whose choices do not name
+        its variant (no ATen choice among them); None when several variants or none were."""
+        found = [(key[2], observed) for key, observed in self._pending.items() if key[:2] == (op, inputs)]
+        # Requests that differ only by their sizes' expressions are one variant: the first stands in.
+        return found[0][1] if len({variant for variant, _ in found}) == 1 else None
 
     def cache_clear(self) -> None:
         super().cache_clear()
