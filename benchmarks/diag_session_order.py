@@ -53,8 +53,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))  # the zoo registry
 VARIANTS: tuple[tuple[str, str], ...] = (("all", "0"), ("all", "1"), ("marked,all", "0"), ("marked,all", "1"))
 
 
-def capture_in_order(model_file: str, sessions: list[str], batch: int, device: str) -> list[list[dict[str, Any]]]:
-    """Each session's requests, captured one session after the other in this process."""
+def capture_in_order(model_file: str, sessions: list[str], batch: int, device: str) -> dict[str, Any]:
+    """Each session's requests, captured one session after the other in this process, and the
+    traced inputs whose sizes divide a power (``_trace_powers``)."""
     from unittest import mock
 
     from autotune.plan import shape_summary
@@ -73,8 +74,7 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
             result = capture.capture_model(model, batch_sizes=(batch,), device=device, dynamic=True)
         found.append([{"key": r.key, "request": shape_summary(r), "op": r.op,
                        "exprs": [list(i.exprs) for i in r.inputs]} for r in result.requests])
-    found.append(traces)  # type: ignore[arg-type]  # the last line's last item: read by _variant
-    return found
+    return {"sessions": found, "powers": traces}
 
 
 def _answer_with_templates(capture: Any) -> None:
@@ -121,8 +121,8 @@ def _variant(model_file: str, sessions: str, seed: str, batch: int, device: str,
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
         return {"sessions": label, "seed": seed, "error": done.stderr[-2000:]}
-    *sessions_found, traces = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"sessions": label, "seed": seed, "requests": sessions_found[-1], "powers": traces}
+    captured = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"sessions": label, "seed": seed, "requests": captured["sessions"][-1], "powers": captured["powers"]}
 
 
 def compare(variants: list[dict[str, Any]]) -> list[str]:
