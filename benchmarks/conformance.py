@@ -498,6 +498,9 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
         "pass_beside_capture": report.get("resumed_pass_s") is not None,
         "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
         "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
+        # A hook without this stat ran before 48bd2ed served the pass's fusion verdicts: its
+        # latency is the isolated winners', not what a warm start now compiles (runs 136-138).
+        "predates_verdicts": bool(_ok(warm)) and bool(hook) and "fusion_verdicts_served" not in hook,
         "missed": [m.get("request") for m in hook.get("missed") or []],
         "benchmarks": _warm_benchmarks(_ok(warm)),
         "warm_first_s": (_ok(warm) or {}).get("first_call_s"),
@@ -632,6 +635,9 @@ def _notes(r: dict[str, Any]) -> str:
         notes.append("its cut end-to-end pass went on beside capture")
     if r["status"] != "ok" and r.get("error"):
         notes.append(r["error"])
+    if r.get("predates_verdicts"):
+        notes.append("warm start taken before fusion verdicts were served (48bd2ed): its latency is the isolated "
+                     "winners'")
     recompile = r.get("recompile")
     if recompile:
         hook = recompile.get("hook") or {}
@@ -755,8 +761,13 @@ def _library_versions() -> dict[str, str | None]:
     return versions
 
 
-def _load_report(path: Path, fresh: bool, info: dict[str, Any]) -> dict[str, Any]:
-    """The results so far, if they were taken on this machine's GPU and torch."""
+def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | None = None) -> dict[str, Any]:
+    """The results so far, if they were taken on this machine's GPU and torch. A folder with
+    none starts from ``seed`` (the committed table), so only the steps it lacks run."""
+    if not fresh and not path.exists() and seed is not None:
+        if not seed.is_file():
+            raise BadInput(f"--seed {seed}: no such results file (pass a conformance_<gpu>.json)")
+        path = seed
     if fresh or not path.exists():
         return {"models": {}}
     try:
@@ -801,7 +812,8 @@ def start(args: argparse.Namespace) -> Run:
     args.runs, args.warmup = args.runs or default_runs, args.warmup if args.warmup is not None else default_warmup
     label = "cpu" if device == "cpu" else ct.slug(info["gpu"])
     out = Path(args.out)
-    report = _load_report(out / f"conformance_{label}.json", args.no_resume, info)
+    report = _load_report(out / f"conformance_{label}.json", args.no_resume, info,
+                          Path(args.seed) if args.seed else None)
     report.setdefault("invocations", []).append({"date": _now(), "argv": args.argv_text})
     report.update(machine=info, device=device, libraries=_library_versions(), date=_now(),
                   settings={"runs": args.runs, "warmup": args.warmup, "timeout_s": args.timeout,
@@ -814,7 +826,8 @@ def start(args: argparse.Namespace) -> Run:
 
 def merge_files(paths: list[Path]) -> dict[str, Any]:
     """Results files of runs on one kind of GPU (one queue per GPU of a host, say) as one:
-    a later file's steps replace an earlier's of the same model, mode and step."""
+    a later file's steps replace an earlier's of the same model, mode and step. An invocation
+    listed by several files (each seeded from the same table) is listed once."""
     merged: dict[str, Any] = {"models": {}, "invocations": []}
     for path in paths:
         try:
@@ -827,7 +840,8 @@ def merge_files(paths: list[Path]) -> dict[str, Any]:
                 raise BadInput(f"{path} was taken with {key} {machine.get(key)!r}, the first file with "
                                f"{first.get(key)!r}: merge only results of one kind of machine")
         merged.update({k: v for k, v in report.items() if k not in ("models", "invocations")})
-        merged["invocations"] += report.get("invocations", [])
+        # A queue's folder seeded with the committed table carries its invocations too
+        merged["invocations"] += [i for i in report.get("invocations", []) if i not in merged["invocations"]]
         for model, entry in report.get("models", {}).items():
             target = merged["models"].setdefault(model, {})
             target.update({k: v for k, v in entry.items() if k != "modes"})
@@ -917,6 +931,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=None, help="timed calls per compile (default: 50 CUDA, 20 CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
     parser.add_argument("--no-resume", action="store_true", help="start a fresh results file")
+    parser.add_argument("--seed", metavar="FILE", default=None,
+                        help="when --out holds no results yet, start from this results file (the committed "
+                             "table): only the steps it lacks run, e.g. the cold baselines of rows swept earlier")
     parser.add_argument("--retry-errors", action="store_true",
                         help="also run again the steps that failed or timed out (a resumed run keeps them)")
     parser.add_argument("--log-dir", default=None, help="write each child's full output here")

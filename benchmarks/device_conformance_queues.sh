@@ -22,6 +22,9 @@
 # here to .conformance/resume.tgz and carry [".wheelhouse", ".conformance"]: the next call
 # starts from it (RESUME names another archive), and a model whose sweep ended in one call has
 # its warm starts in the next, on a machine that never tuned it.
+# SEED=benchmarks/results/conformance_<gpu>.json starts every folder that has no results yet
+# from the committed table (conformance.py --seed): only the steps it lacks run, such as the
+# cold baselines of rows swept in earlier sessions (runs 136-138).
 set -uo pipefail
 out=${OUT:?OUT is the device tool\'s output folder}
 budget=${BUDGET:-520} zoo=${ZOO:-/root/zoo} start=$SECONDS resume=${RESUME:-.conformance/resume.tgz}
@@ -44,7 +47,7 @@ run_one() {  # GPU, its output folder, conformance.py's arguments
   # shellcheck disable=SC2086  # ARGS is a list of arguments
   # conformance.py cuts a step at its budget; the margin is for its cleanup (Ray's teardown)
   CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_COMPILE_THREADS=$threads timeout $(( left + 60 )) \
-    python benchmarks/conformance.py $args --budget "$left" --out "$dir" \
+    python benchmarks/conformance.py $args ${SEED:+--seed "$SEED"} --budget "$left" --out "$dir" \
     --log-dir "$dir/logs" >> "$zoo/g$gpu.log" 2>&1
   local rc=$?  # 124: cut by the margin above, its step's results lost
   echo "$(date -u +%T) gpu $gpu: exit $rc" >> "$zoo/g$gpu.log"

@@ -441,6 +441,12 @@ def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleT
     assert set(merged["models"]) == {"gpt2", "bert", "t5"}
     assert set(merged["models"]["bert"]["modes"]["infer"]["steps"]) == {"sweep", "warm/static", "cold/static"}
     assert [i["argv"] for i in merged["invocations"]] == ["g1.json", "g0.json"]  # in time order
+    # A queue folder seeded with the table carries the table's invocations: listed once
+    seeded = json.loads(second.read_text())
+    seeded["invocations"] = merged["invocations"] + [{"date": "2026-11-26T10:00", "argv": "g2"}]
+    second.write_text(json.dumps(seeded))
+    again = conf.merge_files([out / "conformance_nvidia-h200.json", second])
+    assert [i["argv"] for i in again["invocations"]] == ["g1.json", "g0.json", "g2"]
     assert (out / "conformance_nvidia-h200.md").read_text().startswith("# ")
     other = results("h100.json", {}, "2026-11-26T09:40", gpu="NVIDIA H100 80GB HBM3")
     assert conf.main(["--merge", str(first), str(other), "--out", str(out)]) == 2
@@ -548,3 +554,39 @@ def test_a_row_with_misses_names_them(conf: ModuleType) -> None:
     row = conf._row({"library": "torchvision"}, "convnext_tiny", "infer", "dynamic", group)
     assert row["missed"] == ["conv 16x96x56x56 * 96x1x7x7 bf16", "addmm 50176x96 @ 96x384 + 50176x384 bf16"]
     assert "missed: addmm 50176x96 @ 96x384 + 50176x384 bf16, conv 16x96x56x56 * 96x1x7x7 bf16" in conf._notes(row)
+
+
+def test_a_warm_start_from_before_fusion_verdicts_says_so(conf: ModuleType) -> None:
+    """Runs 136-138 (H100): ConvNeXt-T's and ViT-B/16's static warm starts, taken on 11-25 and
+    11-23 with isolated winners only, were judged against cold compiles of 11-27. A hook that
+    served no fusion verdicts (0) is current; one without the stat predates them."""
+    def row(hook: dict[str, Any]) -> dict[str, Any]:
+        warm = {"status": "ok", "first_call_s": 23.3, "kernel_us_per_call": 1431.0, "bench": {"gemm_autotune": 0},
+                "hook": {"hits": 41, "misses": 0, "errors": 0, **hook}}
+        group = {"batch": 16, "steps": {"sweep": {"status": "ok", "found": 17, "tuned": 17, "failed": 0,
+                                                  "statuses": {"ok": 17}}, "warm/static": warm,
+                                        "cold/static": {"status": "ok", "kernel_us_per_call": 1336.0}}}
+        return conf._row({"library": "torchvision"}, "convnext_tiny", "infer", "static", group)
+
+    old, current = row({}), row({"fusion_verdicts_served": 0})
+    assert old["predates_verdicts"] and "before fusion verdicts were served" in conf._notes(old)
+    assert not current["predates_verdicts"] and "fusion verdicts" not in conf._notes(current)
+
+
+def test_a_fresh_folder_starts_from_the_seed_table(conf: ModuleType, tmp_path: Path) -> None:
+    """Runs 136-138: each queue's folder started from the committed table (--seed), so only the
+    cold baselines it lacked ran. A folder's own results win over the seed; a seed of another
+    GPU, or none at the path, is refused with a line naming it."""
+    info = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"machine": info, "models": {"bert": {"modes": {"infer": {"steps": {}}}}}}))
+    fresh = tmp_path / "g0" / "conformance_nvidia-h100-80gb-hbm3.json"
+    assert set(conf._load_report(fresh, False, info, table)["models"]) == {"bert"}
+    assert conf._load_report(fresh, True, info, table) == {"models": {}}  # --no-resume wins
+    fresh.parent.mkdir()
+    fresh.write_text(json.dumps({"machine": info, "models": {"t5": {}}}))
+    assert set(conf._load_report(fresh, False, info, table)["models"]) == {"t5"}
+    with pytest.raises(conf.BadInput, match="--seed .*no such results file"):
+        conf._load_report(tmp_path / "none.json", False, info, tmp_path / "missing.json")
+    with pytest.raises(conf.BadInput, match="taken with gpu"):
+        conf._load_report(tmp_path / "none.json", False, {**info, "gpu": "NVIDIA H200"}, table)
