@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import shutil
 import os
 import sqlite3
 import subprocess
@@ -145,6 +146,39 @@ def _shared_compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_TEST_SHARED_KERNELS", str(directory))
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cached_cxx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``CXX`` for every process the tests start: g++ behind a cache of identical compiles,
+    shared by the xdist workers of one run (tests/tools/cached_cxx.py says why and what is
+    keyed). AUTOTUNE_TEST_NO_CXX_CACHE=1 compiles everything afresh."""
+    real = shutil.which(os.environ.get("CXX", "g++"))
+    if real is None or os.environ.get("AUTOTUNE_TEST_NO_CXX_CACHE") == "1":
+        yield
+        return
+    root = _run_root(tmp_path_factory)
+    shim = root / "cxx" / "g++"  # Inductor tells gcc from clang by the compiler's name
+    if not shim.exists():
+        shim.parent.mkdir(exist_ok=True)
+        partial = shim.with_suffix(f".{os.getpid()}")
+        partial.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{REPO / "tests" / "tools" / "cached_cxx.py"}" '
+                           f'"{root / "cxx-cache"}" "{real}" "$@"\n')
+        partial.chmod(0o755)
+        partial.replace(shim)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CXX", str(shim))
+        patch.setenv("AUTOTUNE_TEST_REAL_CXX", real)
+        yield
+
+
+@pytest.fixture
+def uncached_cxx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """g++ itself for this test's processes: a test that kills a tuning child mid-benchmark
+    needs each compile to take its real time (from the cache, a job is done before the kill)."""
+    real = os.environ.get("AUTOTUNE_TEST_REAL_CXX")
+    if real:
+        monkeypatch.setenv("CXX", real)
 
 
 # ------------------------------------------------------------ one signed sweep per run

@@ -66,7 +66,7 @@ def test_job_sigkilled_mid_write_back_leaves_nothing_half_written(postgres_url: 
     _passed(faults.killed_job_mid_write_back(postgres_url, 1, tmp_path, then_write=False))
 
 
-def test_sigkilled_sweep_and_tuning_child(sqlite_url: str, tmp_path: Path) -> None:
+def test_sigkilled_sweep_and_tuning_child(sqlite_url: str, tmp_path: Path, uncached_cxx: None) -> None:
     """A real `autotune sweep` SIGKILLed mid-tuning, then re-run with its worker's tuning
     child SIGKILLed mid-benchmark: the re-run tunes only what is missing, records the
     child's request as failed with its reason, and finishes."""
