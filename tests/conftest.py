@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import shutil
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -153,7 +153,8 @@ def _cached_cxx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """``CXX`` for every process the tests start: g++ behind a cache of identical compiles,
     shared by the xdist workers of one run (tests/tools/cached_cxx.py says why and what is
     keyed). AUTOTUNE_TEST_NO_CXX_CACHE=1 compiles everything afresh."""
-    real = shutil.which(os.environ.get("CXX", "g++"))
+    # A pytest started by a test (its CXX is the shim already) keeps the compiler behind it
+    real = os.environ.get("AUTOTUNE_TEST_REAL_CXX") or shutil.which(os.environ.get("CXX", "g++"))
     if real is None or os.environ.get("AUTOTUNE_TEST_NO_CXX_CACHE") == "1":
         yield
         return
