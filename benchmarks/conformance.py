@@ -764,10 +764,11 @@ def _library_versions() -> dict[str, str | None]:
 def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | None = None) -> dict[str, Any]:
     """The results so far, if they were taken on this machine's GPU and torch. A folder with
     none starts from ``seed`` (the committed table), so only the steps it lacks run."""
+    fix = "use another --out, or --no-resume to start afresh"
     if not fresh and not path.exists() and seed is not None:
         if not seed.is_file():
             raise BadInput(f"--seed {seed}: no such results file (pass a conformance_<gpu>.json)")
-        path = seed
+        path, fix = seed, "pass --seed the table of this machine's GPU and torch"
     if fresh or not path.exists():
         return {"models": {}}
     try:
@@ -777,8 +778,7 @@ def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | Non
     old = report.get("machine") or {}
     for key in ("gpu", "torch"):
         if old.get(key) != info.get(key):
-            raise BadInput(f"{path} was taken with {key} {old.get(key)!r}, this machine has {info.get(key)!r}: "
-                           "use another --out, or --no-resume to start afresh")
+            raise BadInput(f"{path} was taken with {key} {old.get(key)!r}, this machine has {info.get(key)!r}: {fix}")
     log.info("resuming from %s (--no-resume starts afresh)", path)
     return report
 

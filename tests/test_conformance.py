@@ -588,5 +588,5 @@ def test_a_fresh_folder_starts_from_the_seed_table(conf: ModuleType, tmp_path: P
     assert set(conf._load_report(fresh, False, info, table)["models"]) == {"t5"}
     with pytest.raises(conf.BadInput, match="--seed .*no such results file"):
         conf._load_report(tmp_path / "none.json", False, info, tmp_path / "missing.json")
-    with pytest.raises(conf.BadInput, match="taken with gpu"):
+    with pytest.raises(conf.BadInput, match="taken with gpu .*pass --seed the table of this machine"):
         conf._load_report(tmp_path / "none.json", False, {**info, "gpu": "NVIDIA H200"}, table)

@@ -29,8 +29,11 @@ def key(args: list[str], output: str) -> str | None:
         if arg == output:
             digest.update(b"<output>\0")
         elif arg.endswith(SOURCES) and os.path.isfile(arg):
-            with open(arg, "rb") as source:
-                content = source.read()
+            try:
+                with open(arg, "rb") as source:
+                    content = source.read()
+            except OSError:
+                return None  # g++ says what is wrong with it
             if not arg.endswith(".o") and b'#include "' in content:
                 return None  # a header beside the source would not be in the key
             digest.update(b"<input>" + hashlib.sha256(content).digest() + b"\0")
