@@ -114,6 +114,36 @@ def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
     assert faults._integrity(f"sqlite:///{tmpfs / 'c.db'}") == "ok"
 
 
+# Ray's early-start thread holds its first fork (a process with a preexec_fn) in a
+# before-fork hook until the main thread has imported concurrent.futures.thread, as
+# torch's imports do while a sweep starts Ray: the widest window the race can have.
+_FORK_DURING_IMPORT = """
+import os, threading
+forking, imported = threading.Event(), threading.Event()
+def hold_ray_first_fork():
+    if threading.current_thread().name == "autotune-ray-start" and not imported.is_set():
+        forking.set()
+        imported.wait(30)
+os.register_at_fork(before=hold_ray_first_fork)
+from workers.pool import start_ray_soon, undo_ray_started_soon
+start_ray_soon()
+assert forking.wait(120), "Ray's thread never forked"
+import concurrent.futures.thread
+imported.set()
+undo_ray_started_soon()
+"""
+
+
+def test_an_import_during_ray_start_prints_no_fork_traceback() -> None:
+    """A module that registers a before-fork acquire and an after-fork release, imported by
+    the main thread while Ray's start thread forks, must not pair a release with no acquire
+    ("release unlocked lock" and a traceback in a sweep's output, seen once on CI)."""
+    done = subprocess.run([sys.executable, "-c", _FORK_DURING_IMPORT], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "release unlocked lock" not in done.stderr, done.stderr[-3000:]
+
+
 # ----------------------------------------------------------------- bad input
 
 

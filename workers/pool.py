@@ -14,6 +14,12 @@ job recorded as failed and its other lanes' jobs re-queued.
 
 from __future__ import annotations
 
+# Imported before start_ray_soon's thread can fork: this module registers a before-fork
+# acquire and an after-fork release of its lock. Imported for the first time by the main
+# thread (torch's imports) while Ray's thread was forking a process with a preexec_fn, it
+# added the release between the two, and the fork printed "release unlocked lock" with a
+# traceback into a sweep's output (CI, 2026-11-27).
+import concurrent.futures.thread  # noqa: F401
 import logging
 import os
 import threading
