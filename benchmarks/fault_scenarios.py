@@ -190,7 +190,7 @@ def postgres_restart_mid_sweep(url: str, count: int, workdir: Path) -> Outcome:
         store.upgrade()  # the reader opens read-only: the schema must be there
     job = Job(workdir, "job", "--cache", url, "--ready-file", str(workdir / "job.ready"),
               "--go-file", str(workdir / "job.go"))
-    if not job.wait_file(job.ready):  # torch imported, hook installed; else never stop the server
+    if not job.wait_file(job.ready):  # hook installed, Inductor warmed up; else never stop the server
         out.require(False, f"the job never got ready: {job.finish().get('output_text', '')[-1500:]}")
         return out
     ctx = multiprocessing.get_context("spawn")
@@ -219,7 +219,8 @@ def postgres_restart_mid_sweep(url: str, count: int, workdir: Path) -> Outcome:
     retries = int(report.read_text()) if report.exists() else None
     out.require(proc.exitcode == 0, f"writer exit code {proc.exitcode}")
     out.require(counts["requests"] == count and counts["orphans"] == 0, f"{counts}")
-    out.require(job.warned.is_set() and down < MAX_DOWN_S + 10, "the job did not read while the server was down")
+    out.require(job.warned.is_set() and down < MAX_DOWN_S + 10,
+                f"the job did not read while the server was down (no lookup within {MAX_DOWN_S:.0f} s of 'go')")
     out.require(read_errors >= 1 and recovered_after < 60, "the reader never met the restart or never read again")
     _job_checks(out, result, 1)
     out.figures = {"rows": counts["requests"], "expected_rows": count, "lost": count - counts["requests"],
