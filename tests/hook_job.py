@@ -35,6 +35,7 @@ from torch._inductor import select_algorithm  # noqa: E402
 
 import autotune  # noqa: E402
 from inductor_glue.inductor import benchmark_count  # noqa: E402
+from workers.child import warm_up  # noqa: E402
 
 
 def _share_compiled_kernels(directory: str) -> None:
@@ -61,16 +62,6 @@ def _handshake(announce: str, wait_for: str) -> None:
     deadline = time.time() + 60
     while not Path(wait_for).exists() and time.time() < deadline:
         time.sleep(0.05)
-
-
-def _warm_up_inductor() -> None:
-    """Compile a graph with no autotune request (so no lookup), as a job that is already
-    training has: Inductor's first compile in a process spends 10 s or more (20 s on a busy
-    CI machine) setting itself up before it lowers anything, and a test that stops the
-    database at "go" needs the model's first lookup to follow within seconds."""
-    warm_up = torch.compile(lambda x: (x * 2).relu(), mode="max-autotune")
-    with torch.no_grad():
-        warm_up(torch.randn(8, 4))
 
 
 def main() -> int:
@@ -121,7 +112,10 @@ def main() -> int:
 
     select_algorithm.add_feedback_saver(remember)
     if args.ready_file:  # the hook is installed: let the test break the database before any lookup
-        _warm_up_inductor()
+        # Pay Inductor's first-compile set-up (10 s or more, over 20 s on a busy CI machine) with
+        # a compile that asks for no autotune lookup, as a job already training has, so the
+        # model's first lookup follows the test's "go" (database stopped) within seconds.
+        warm_up("cpu")
         _handshake(args.ready_file, args.go_file)
     outputs, compile_seconds = [], []
     entries = [args.entry] + (["repeated"] if args.pause_file else [])
