@@ -20,10 +20,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from inductor_glue.modelfile import ModelFileError
+from autotune.inductor_glue.modelfile import ModelFileError
 from autotune.plan import shape_summary
 from autotune.settings import ON_MISS, Settings, SettingsError
-from cache import (
+from autotune.cache import (
     ARTIFACT_KINDS,
     ArtifactInfo,
     CacheError,
@@ -35,7 +35,7 @@ from cache import (
     Store,
     TuningResult,
 )
-from workers.errors import WorkerError
+from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
     from autotune.sweep import Outcome, SweepReport
@@ -786,7 +786,7 @@ def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str 
 def _check_keys(settings: Settings) -> None:
     """Load the key files the settings name now: a bad one is one line and exit 2, before any work."""
     from autotune.settings import load_keys
-    from cache.signing import KeyFileError
+    from autotune.cache.signing import KeyFileError
 
     try:
         load_keys(settings)
@@ -822,7 +822,7 @@ def keys_new(path: str, comment: str, force: bool) -> None:
         AUTOTUNE_SIGNING_KEY=~/.autotune/sweeper autotune sweep model.py
         AUTOTUNE_TRUSTED_KEYS=~/.autotune/sweeper.pub python train.py
     """
-    from cache.signing import KeyFileError, generate
+    from autotune.cache.signing import KeyFileError, generate
 
     try:
         signer = generate(path, comment=comment, overwrite=force)
@@ -843,7 +843,7 @@ def keys_show(path: str) -> None:
     Example:
         autotune keys show ~/.autotune/sweeper.pub
     """
-    from cache.signing import KeyFileError, fingerprint, load_public_key, load_signer
+    from autotune.cache.signing import KeyFileError, fingerprint, load_public_key, load_signer
 
     try:
         if path.endswith(".pub"):

@@ -29,11 +29,11 @@ import os
 import threading
 from typing import Any, Callable
 
-from cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
-from cache.signing import OK, Signer, TrustedKeys
+from autotune.cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
+from autotune.cache.signing import OK, Signer, TrustedKeys
 
-from inductor_glue.local_cache import inductor_cache_dir, write_atomic
-from inductor_glue.patching import StackedPatch
+from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
+from autotune.inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 

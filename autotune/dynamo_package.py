@@ -30,9 +30,9 @@ import os
 import pickle
 from typing import Any, Callable
 
-from cache.records import ARTIFACT_DYNAMO
+from autotune.cache.records import ARTIFACT_DYNAMO
 
-from inductor_glue.patching import StackedPatch
+from autotune.inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class PackageSeam:
             return
         payload = self.tier.fetch(ARTIFACT_DYNAMO, key)
         if payload is not None:
-            from inductor_glue.local_cache import write_atomic
+            from autotune.inductor_glue.local_cache import write_atomic
 
 
             write_atomic(path, payload, mode=0o644)
@@ -118,7 +118,7 @@ def _has_guarded_code(entry: Any) -> bool:
 
 
 def _stored_key(fn: Any, source_id: str) -> str:
-    from inductor_glue.env import default_device, package_environment
+    from autotune.inductor_glue.env import default_device, package_environment
 
     return f"{package_environment(default_device())}:{_source_file_digest(fn)}{_module_digest(fn)}:{source_id}"
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from cache.records import (
+from autotune.cache.records import (
     STATUS_OK,
     Environment,
     InputLayout,
@@ -32,7 +32,7 @@ from cache.records import (
     TuningResult,
 )
 
-from inductor_glue.inductor import (
+from autotune.inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
     Timings,
@@ -41,10 +41,10 @@ from inductor_glue.inductor import (
     install,
     uninstall,
 )
-from cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
+from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 
-from inductor_glue.fusion import PREFIX as FUSION_PREFIX
-from inductor_glue.pinning import Pin, PinIndex
+from autotune.inductor_glue.fusion import PREFIX as FUSION_PREFIX
+from autotune.inductor_glue.pinning import Pin, PinIndex
 from .plan import shape_summary
 from .settings import Settings, load_keys
 
@@ -123,7 +123,7 @@ class HookStats:
 
 
 def _import_store_modules() -> None:
-    importlib.import_module("cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
+    importlib.import_module("autotune.cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
 
 
 def _device(inputs: Sequence[InputLayout]) -> str:
@@ -192,7 +192,7 @@ class ServePolicy:
     def _open(self) -> Any:
         with self._lock:
             if self._store is None:
-                from cache.store import Store
+                from autotune.cache.store import Store
 
                 self._store = Store(self.settings.cache, read_only=self.settings.read_only,
                                     connect_timeout=self.settings.lookup_timeout)
@@ -225,7 +225,7 @@ class ServePolicy:
         return stored[1]
 
     def _env(self, request: ObservedRequest) -> Environment:
-        from inductor_glue.env import current_environment
+        from autotune.inductor_glue.env import current_environment
 
         return current_environment(_device(request.inputs))
 
@@ -251,7 +251,7 @@ class ServePolicy:
                        default: Callable[[], Timings]) -> Timings:
         """Time the offered choices here, as Inductor does but kernel-bound as the sweep's
         worker does (inductor_glue/timing.py), and keep the verdict."""
-        from inductor_glue.timing import kernel_bound_timing
+        from autotune.inductor_glue.timing import kernel_bound_timing
 
         from .in_graph import verdict
 
@@ -365,7 +365,7 @@ class ServePolicy:
 
     def _pin_index(self, device: str) -> PinIndex | None:
         if device not in self._pins:
-            from inductor_glue.env import current_environment
+            from autotune.inductor_glue.env import current_environment
 
             results = self._env_results(current_environment(device))  # inside the compile: the job's config
             fused = frozenset(str(v.get("choice")) for v in self.decisions(device, FUSION_PREFIX).values()
@@ -378,7 +378,7 @@ class ServePolicy:
     def load_kernel_configs(self, device: str) -> None:
         """Write the stored configs for device into Inductor's cache dir, before any compile."""
         from . import kernel_configs
-        from inductor_glue.env import kernel_config_environment
+        from autotune.inductor_glue.env import kernel_config_environment
 
         if not self.settings.kernel_configs:
             return
@@ -392,7 +392,7 @@ class ServePolicy:
 
     def save_kernel_config(self, device: str, key: str, value: dict[str, Any]) -> None:
         """Copy one config Inductor just tuned into the store, without waiting for it."""
-        from inductor_glue.env import kernel_config_environment
+        from autotune.inductor_glue.env import kernel_config_environment
 
         self.tuned_keys.add(key)
         if self._disabled or not self.settings.write_back or self.settings.read_only:
@@ -413,7 +413,7 @@ class ServePolicy:
     def decisions(self, device: str, prefix: str) -> dict[str, dict[str, Any]]:
         """Every stored decision for device whose key starts with prefix (key -> value), read
         once per process. Filed with the pointwise configs: data, per device and versions."""
-        from inductor_glue.env import kernel_config_environment
+        from autotune.inductor_glue.env import kernel_config_environment
 
         if (device, prefix) not in self._decisions:
             env = kernel_config_environment(device)
@@ -424,7 +424,7 @@ class ServePolicy:
     def save_decision(self, device: str, prefix: str, key: str, value: dict[str, Any], counter: str | None) -> None:
         """Keep a decision Inductor just reached by timing, without waiting for the store;
         ``counter`` names the HookStats field that counts it once stored (None: counted already)."""
-        from inductor_glue.env import kernel_config_environment
+        from autotune.inductor_glue.env import kernel_config_environment
 
         self.decisions(device, prefix)[key] = value
         if self._disabled or not self.settings.write_back or self.settings.read_only:
@@ -519,7 +519,7 @@ class WarmStart:
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None) -> None:
-        from inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
+        from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._policy = policy
@@ -531,7 +531,7 @@ class WarmStart:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._serving_decisions = gpu is not None and policy.settings.verdicts
         if self._serving_decisions:
-            from inductor_glue import fusion, padding
+            from autotune.inductor_glue import fusion, padding
 
             policy.fusion_device = gpu
             fusion.push(_DecisionBook(policy, gpu, fusion.PREFIX, "fusion_verdicts"))
@@ -605,7 +605,7 @@ class WarmStart:
             if self._kernel_device is not None:
                 kernel_configs.pop()
         if self._serving_decisions:
-            from inductor_glue import fusion, padding
+            from autotune.inductor_glue import fusion, padding
 
             fusion.pop()
             padding.pop()

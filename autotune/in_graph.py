@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cache.records import TuningResult
+from autotune.cache.records import TuningResult
 
 from .plan import shape_summary
 

@@ -24,8 +24,8 @@ import logging
 import os
 from typing import Any, Callable
 
-from inductor_glue.local_cache import inductor_cache_dir, write_atomic
-from inductor_glue.patching import StackedPatch
+from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
+from autotune.inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
 

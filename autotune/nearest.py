@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from cache.records import CandidateResult, InputLayout, TuningRequest, TuningResult
+from autotune.cache.records import CandidateResult, InputLayout, TuningRequest, TuningResult
 
 MAX_RATIO = 4.0
 # Choice parameters that name one shape or one request rather than a config (the pin

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cache.records import TuningRequest
+from autotune.cache.records import TuningRequest
 
 
 @dataclass

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
+from autotune.inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
                                    marked_calls, session_variants, tune_only_shard)
-from inductor_glue.modelfile import ModelFile
+from autotune.inductor_glue.modelfile import ModelFile
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
     graph was compiled before that kernel's config was known (when it may run again)."""
     import torch
 
-    from inductor_glue.timing import kernel_bound_timing
+    from autotune.inductor_glue.timing import kernel_bound_timing
 
     from .hook import warm_start_for_pass
 
@@ -443,7 +443,7 @@ class PointwiseProcess:
     """The fresh process: started early, told to go once the GEMM winners are stored."""
 
     def __init__(self, spec: PointwiseSpec) -> None:
-        from workers.child import clean_environment
+        from autotune.workers.child import clean_environment
 
         env = clean_environment()
         if spec.gpu is not None:
@@ -498,8 +498,8 @@ class PointwiseProcess:
 def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     import torch
 
-    from inductor_glue.env import pin_triton_toolchain
-    from inductor_glue.modelfile import load_model_file
+    from autotune.inductor_glue.env import pin_triton_toolchain
+    from autotune.inductor_glue.modelfile import load_model_file
 
     pin_triton_toolchain()
     model = load_model_file(spec.model_path, spec.entry)
@@ -530,8 +530,8 @@ def _leave_mark(spec: PointwiseSpec, settings: Settings, finished: bool) -> None
     """Tell later sweeps this pass began, or is done (``pass_marks``); a read-only cache takes no mark."""
     if settings.read_only:
         return
-    from cache.store import Store
-    from inductor_glue.env import kernel_config_environment
+    from autotune.cache.store import Store
+    from autotune.inductor_glue.env import kernel_config_environment
 
     from . import pass_marks
 

@@ -16,10 +16,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from cache.errors import CacheError, one_line
-from cache.leases import CLAIMED, DONE, Heartbeat, LeaseKey, Leases
-from cache.records import TuningResult
-from workers.jobs import TuneJob
+from autotune.cache.errors import CacheError, one_line
+from autotune.cache.leases import CLAIMED, DONE, Heartbeat, LeaseKey, Leases
+from autotune.cache.records import TuningResult
+from autotune.workers.jobs import TuneJob
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cache.signing import Signer, TrustedKeys
+    from autotune.cache.signing import Signer, TrustedKeys
 
 ENV_PREFIX = "AUTOTUNE_"
 # What the hook does on a miss: benchmark as max-autotune does, take ATen, raise, or serve
@@ -154,7 +154,7 @@ def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:
     """The keys the settings name (KeyFileError for a bad file); none when artifacts are off.
 
     Here, not in the hook, so that the CLI checks them without importing torch."""
-    from cache import signing
+    from autotune.cache import signing
 
     if not settings.artifacts:
         return signing.NO_TRUSTED_KEYS, None

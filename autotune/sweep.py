@@ -23,22 +23,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cache.records import (
+from autotune.cache.records import (
     STATUS_OK,
     Environment,
     TuningRequest,
     TuningResult,
 )
 
-from inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
+from autotune.inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 
 from .plan import CACHED, PlanStream, shape_summary
 from .settings import Settings
 
 if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: both after Ray's start
-    from inductor_glue.capture import CaptureResult
-    from workers.pool import PoolStarter, TuningPool
-    from workers.spares import Spares
+    from autotune.inductor_glue.capture import CaptureResult
+    from autotune.workers.pool import PoolStarter, TuningPool
+    from autotune.workers.spares import Spares
 
     from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
     from .resumed_pass import ResumedPass
@@ -239,7 +239,7 @@ class _Silent:
 def _device(settings: Settings) -> str:
     if settings.device:
         return settings.device
-    from inductor_glue.env import default_device
+    from autotune.inductor_glue.env import default_device
 
     return default_device()
 
@@ -292,7 +292,7 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
                 spares: str | None = None) -> PoolStarter:
     """Start Ray and the pool in the background; before capture the job count is not
     known (``jobs`` None), so the pool gets every actor the settings allow."""
-    from workers.pool import PoolStarter
+    from autotune.workers.pool import PoolStarter
 
     # CUDA: --gpus, or None for every GPU Ray sees (counted once Ray is up). CPU benchmarks
     # would time each other's compiles, so a CPU actor holds one job at a time.
@@ -307,10 +307,10 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
     must be installed there). Also the environment its padding verdicts are filed under."""
     import ray
 
-    from inductor_glue.capture import CaptureResult
-    from workers.actor import remote_capture
-    from workers.errors import WorkerError
-    from workers.pool import gpu_count, start_ray
+    from autotune.inductor_glue.capture import CaptureResult
+    from autotune.workers.actor import remote_capture
+    from autotune.workers.errors import WorkerError
+    from autotune.workers.pool import gpu_count, start_ray
 
     start_ray(settings.address)
     if gpu_count() < 1:
@@ -333,8 +333,8 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
 
 def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> list[Any]:
     """Jobs for every logged miss from a machine like this one (any config)."""
-    from inductor_glue.env import current_environment
-    from workers.jobs import TuneJob
+    from autotune.inductor_glue.env import current_environment
+    from autotune.workers.jobs import TuneJob
 
     here = current_environment(device)
     jobs = []
@@ -395,7 +395,7 @@ class _Sweep:
 
     def __init__(self, options: SweepOptions, settings: Settings, progress: Progress,
                  spares: Spares | None = None) -> None:
-        from cache.store import Store
+        from autotune.cache.store import Store
 
         self.options, self.settings, self.progress = options, settings, progress
         self.spares = spares
@@ -423,7 +423,7 @@ class _Sweep:
         """Every model file, before any Ray start: bad input fails here (exit 2)."""
         models = [_load(path, self.options, self.local) for path in self.options.model_paths]
         if not self.options.dry_run:
-            from workers.cluster import check_address
+            from autotune.workers.cluster import check_address
 
             check_address(self.settings.address)  # a wrong --address fails in seconds, before capture
         return models
@@ -457,7 +457,7 @@ class _Sweep:
                 entry.new += self._found(request, env, overrides)
 
             if self.local:
-                from inductor_glue.capture import capture_model
+                from autotune.inductor_glue.capture import capture_model
 
                 captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
                                          **self.kwargs)
@@ -476,7 +476,7 @@ class _Sweep:
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
         """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,
         where Inductor does not time them): capture pads as they did."""
-        from inductor_glue import padding
+        from autotune.inductor_glue import padding
 
         return padding.stored_decisions(self.store, padding.filed_under(self.device))
 
@@ -484,7 +484,7 @@ class _Sweep:
         """Store the padding verdicts capture timed, before the pass and the jobs need them,
         under ``env`` (a remote capture's GPU) or this host's device."""
         if decisions and not self.settings.read_only and not self.options.dry_run:  # a dry run writes nothing
-            from inductor_glue import padding
+            from autotune.inductor_glue import padding
 
             target = env or padding.filed_under(self.device)
             if target is not None:  # None: a CPU, where Inductor times no padding
@@ -493,7 +493,7 @@ class _Sweep:
     def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
         """Plan one request as capture finds it: cached, queued (streamed to workers), or
         planned (dry run). 1 if it is new to this sweep."""
-        from workers.jobs import TuneJob
+        from autotune.workers.jobs import TuneJob
 
         env_key = env.key if env else ""
         if env is not None and env_key not in self.cached_keys:
@@ -632,7 +632,7 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
         return False
     if not all(_may_define(path, options.entry) for path in options.model_paths):
         return False  # bad input: the load says so in a moment, with no Ray started for nothing
-    from workers.pool import start_ray_soon
+    from autotune.workers.pool import start_ray_soon
 
     start_ray_soon()
     return True
@@ -667,7 +667,7 @@ def _undo_early_start(sweep: _Sweep | None, spares: Spares | None) -> None:
     if spares is not None:
         spares.close()
     if sweep is None or sweep.starter is None:
-        from workers.pool import undo_ray_started_soon
+        from autotune.workers.pool import undo_ray_started_soon
 
         undo_ray_started_soon()
 
@@ -681,7 +681,7 @@ def spare_count(settings: Settings, gpus_here: int) -> int:
 
 def _start_spares(settings: Settings) -> Spares | None:
     """Tuning children started now, before Ray is up, for the local actors to adopt (spares.py)."""
-    from workers import spares
+    from autotune.workers import spares
 
     if not spares.supported():
         return None
@@ -717,7 +717,7 @@ def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | No
         return None
     if not _wants_pointwise(sweep.local, settings, sweep.device):
         return None
-    from inductor_glue.env import kernel_config_environment
+    from autotune.inductor_glue.env import kernel_config_environment
 
     from .resumed_pass import start_if_cut
 
@@ -748,7 +748,7 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
         return None
     specs = _pointwise_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
     if not publishes:
-        from inductor_glue.env import kernel_config_environment
+        from autotune.inductor_glue.env import kernel_config_environment
 
         from . import pass_marks
 

@@ -47,9 +47,9 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from cache import Environment, Store
-from cache.records import digest
-from cache.store import _PG_LOOKUP
+from autotune.cache import Environment, Store
+from autotune.cache.records import digest
+from autotune.cache.store import _PG_LOOKUP
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENV = Environment(

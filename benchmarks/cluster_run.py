@@ -156,7 +156,7 @@ def _signal_session(session: int, sig: int) -> None:
 
 def start_sweep(cluster: Cluster, models: list[str], cache: str, device: str, extra: list[str],
                 log_path: Path) -> tuple[subprocess.Popen[str], Any]:
-    cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep", *models,
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')", "sweep", *models,
            "--address", cluster.address, "--cache", cache, "--device", device, "--json", *extra]
     sink = open(log_path, "w")
     sink.write("$ autotune " + " ".join(cmd[3:]) + "\n")
@@ -206,7 +206,7 @@ def stored_request_keys(cache: str) -> list[str]:
 
 def stored_results(cache: str) -> list[tuple[str, str]]:
     """(request key, status) of every stored result; [] while the sweep has not made its tables."""
-    from cache.store import Store
+    from autotune.cache.store import Store
 
     store = Store(cache)
     try:
@@ -271,7 +271,7 @@ def fresh_database(cache: str, name: str) -> str:
         return f"sqlite:///{tempfile.mkdtemp(prefix='cluster_')}/{name}.db"
     import sqlalchemy
 
-    from cache.url import resolve_cache_url
+    from autotune.cache.url import resolve_cache_url
 
     url = sqlalchemy.engine.make_url(resolve_cache_url(cache))
     engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")

@@ -76,9 +76,9 @@ REPO = Path(__file__).resolve().parents[1]
 PYCACHE = Path(tempfile.gettempdir()) / "autotune-bench-pycache"
 # What the bytecode warm-up imports: every compile's stack, the hook and the cache.
 WARM_IMPORTS = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.select_algorithm",
-                "autotune.hook", "autotune.artifacts", "cache.store", "sqlalchemy.dialects.sqlite.pysqlite",
+                "autotune.hook", "autotune.artifacts", "autotune.cache.store", "sqlalchemy.dialects.sqlite.pysqlite",
                 "sqlalchemy.dialects.postgresql.psycopg", "alembic.command", "alembic.script", "ray", "cli",
-                "workers.child", "workers.tune")
+                "autotune.workers.child", "autotune.workers.tune")
 MARKER = "RESULT "
 MODELS: dict[str, str] = {
     "resnet": "examples/resnet.py",
@@ -213,7 +213,7 @@ def _emit(payload: dict[str, Any]) -> None:
 def _load_model_file(path: str) -> ModuleType:
     import importlib.util
 
-    from inductor_glue.modelfile import module_name_for
+    from autotune.inductor_glue.modelfile import module_name_for
 
     # The module name the sweep gives the file too (its stem, as a job's `import` names it):
     # a Dynamo package another process saved finds the model's classes by module and name.
@@ -518,9 +518,9 @@ def _setup(args: argparse.Namespace, result: dict[str, Any]) -> Any:
 
         result["setup_imports_s"] = time.perf_counter() - start
         if os.environ.get("AUTOTUNE_BENCH_NO_PREWARM"):  # a diagnostic: the hook without its prewarm
-            import inductor_glue.env
+            import autotune.inductor_glue.env
 
-            inductor_glue.env.prewarm_triton_backend = lambda: None
+            autotune.inductor_glue.env.prewarm_triton_backend = lambda: None
             result["prewarm"] = False
         import autotune
 
@@ -902,7 +902,7 @@ def _tail(text: str) -> str:
 
 
 def _autotune_cli() -> list[str]:
-    return [sys.executable, "-c", "from cli import main; main(prog_name='autotune')"]
+    return [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')"]
 
 
 @dataclass

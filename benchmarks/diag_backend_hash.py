@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROBE = r"""
 import hashlib, json, os, sys
 import torch
-import workers.tune  # noqa: F401  what a tuning child imports first
+import autotune.workers.tune  # noqa: F401  what a tuning child imports first
 from torch._inductor.runtime.triton_compat import triton_key
 from torch.utils._triton import triton_backend, triton_hash_with_backend
 b = triton_backend()
@@ -48,7 +48,7 @@ def from_ray() -> dict:
 
     @ray.remote(num_gpus=1)
     def task() -> dict:
-        from workers.child import clean_environment
+        from autotune.workers.child import clean_environment
 
         here = run_probe(None)
         clean = run_probe(clean_environment())

@@ -32,7 +32,7 @@ def measure(stage: str) -> None:
     from torch._dynamo.testing import rand_strided
     from torch._inductor.runtime.benchmarking import benchmarker
 
-    from inductor_glue.timing import benchmark_gpu_queued
+    from autotune.inductor_glue.timing import benchmark_gpu_queued
 
     for m, k, n in SHAPES:
         bias = rand_strided((m, n), (0, 1), dtype=torch.bfloat16, device="cuda")

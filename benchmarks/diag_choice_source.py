@@ -18,11 +18,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inductor_glue.capture import CAPTURE_CONFIG, CapturePolicy, fresh_inductor, _run_once  # noqa: E402
-from inductor_glue.inductor import choice_hash, installed  # noqa: E402
-from inductor_glue.modelfile import load_model_file  # noqa: E402
-from workers.reproduce import one_op_graph  # noqa: E402
-from workers.symbolic import symbol_numbers  # noqa: E402
+from autotune.inductor_glue.capture import CAPTURE_CONFIG, CapturePolicy, fresh_inductor, _run_once  # noqa: E402
+from autotune.inductor_glue.inductor import choice_hash, installed  # noqa: E402
+from autotune.inductor_glue.modelfile import load_model_file  # noqa: E402
+from autotune.workers.reproduce import one_op_graph  # noqa: E402
+from autotune.workers.symbolic import symbol_numbers  # noqa: E402
 
 
 def _sources(choices: list[Any]) -> dict[str, tuple[str, str]]:
@@ -47,7 +47,7 @@ def replay_sources(request_json: dict[str, Any], overrides: dict[str, Any], devi
 
     import torch
 
-    from cache.records import TuningRequest
+    from autotune.cache.records import TuningRequest
 
     request = TuningRequest.from_json(request_json)
     graph = one_op_graph(request, device)

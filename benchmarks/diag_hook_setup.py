@@ -27,7 +27,7 @@ PROBES = {
     "import torch._inductor.select_algorithm": "import torch._inductor.select_algorithm",
     "import torch._inductor.compile_fx": "import torch._inductor.compile_fx",
     "import triton": "import triton",
-    "pin_triton_toolchain()": "from inductor_glue.env import pin_triton_toolchain; pin_triton_toolchain()",
+    "pin_triton_toolchain()": "from autotune.inductor_glue.env import pin_triton_toolchain; pin_triton_toolchain()",
     "import autotune.hook": "import autotune.hook",
 }
 
@@ -53,7 +53,7 @@ def main() -> int:
         out = _run(f"{statement}\nprint(f'{{time.perf_counter() - t0:.2f}}')")
         print(f"{label:45s} {out.strip()} s")
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-c", "import cli; cli.main()", "keys", "new", f"{tmp}/k"], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", "import autotune.cli; cli.main()", "keys", "new", f"{tmp}/k"], check=True, capture_output=True)
         out = _run(f"""
             import cProfile, pstats, io
             import autotune

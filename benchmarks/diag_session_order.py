@@ -59,8 +59,8 @@ def capture_in_order(model_file: str, sessions: list[str], batch: int, device: s
     from unittest import mock
 
     from autotune.plan import shape_summary
-    from inductor_glue import capture
-    from inductor_glue.modelfile import load_model_file
+    from autotune.inductor_glue import capture
+    from autotune.inductor_glue.modelfile import load_model_file
 
     model = load_model_file(model_file)
     if os.environ.get("DIAG_JOB_CONFIG"):  # none of capture's own Inductor settings: a job's
@@ -96,7 +96,7 @@ _DIVIDED_POWER = re.compile(r"\*\*\d+\)*//")  # ((s53//4))**2)//((s53//4)): a po
 
 def _trace_powers() -> list[dict[str, Any]]:
     """Each autotune input whose size expressions divide a power, with the Inductor node behind it."""
-    from inductor_glue import inductor
+    from autotune.inductor_glue import inductor
 
     traces: list[dict[str, Any]] = []
     layouts_of = inductor.input_layouts

@@ -87,7 +87,7 @@ def _profiled_us(call: Callable[[], Any], reps: int = 50) -> float:
 def measure(calls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, Any]:
     from torch._inductor.runtime.benchmarking import benchmarker
 
-    from inductor_glue.timing import benchmark_gpu_queued
+    from autotune.inductor_glue.timing import benchmark_gpu_queued
 
     timers = {"inductor": benchmarker.benchmark_gpu, "kernel-bound": benchmark_gpu_queued}
     out: dict[str, Any] = {}

@@ -37,7 +37,7 @@ def install_phase_timers(path: str) -> None:
     """In the child: time tune.py's phases and append one JSON line per phase call."""
     import functools
 
-    from workers import tune
+    from autotune.workers import tune
 
     def timed(name: str, fn: Any) -> Any:
         @functools.wraps(fn)
@@ -85,16 +85,16 @@ def _recording_phases(fresh_inductor: Any, path: str) -> Any:
 
 def child_main() -> None:
     """``python diag_worker_time.py --child FD``: workers.child's loop with phase timers."""
-    from workers import child
+    from autotune.workers import child
 
     install_phase_timers(os.environ[PHASES_ENV])
     child.serve(int(sys.argv[2]))
 
 
 def capture_jobs(path: str, device: str, dynamic: bool = False) -> list[dict[str, Any]]:
-    from inductor_glue.capture import capture_model
-    from inductor_glue.modelfile import load_model_file
-    from workers.jobs import TuneJob
+    from autotune.inductor_glue.capture import capture_model
+    from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.workers.jobs import TuneJob
 
     model = load_model_file(path, "example")
     captured = capture_model(model, mode="max-autotune", inductor_config={}, device=device, dynamic=dynamic)
@@ -104,7 +104,7 @@ def capture_jobs(path: str, device: str, dynamic: bool = False) -> list[dict[str
 
 def run_jobs(jobs: list[dict[str, Any]], device: str, phases_path: Path, label: str) -> list[dict[str, Any]]:
     """Tune ``jobs`` in order in one fresh child; each job's wall time and phases."""
-    from workers import child
+    from autotune.workers import child
 
     os.environ[PHASES_ENV] = str(phases_path)
     # The same child and pipe protocol, started through this file so the timers are installed.

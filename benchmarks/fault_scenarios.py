@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))  # factories: the records tests also use
 
 from factories import make_env, make_result  # noqa: E402
 
-from cache import CacheUnavailable, CacheWriteRefused, Store  # noqa: E402
+from autotune.cache import CacheUnavailable, CacheWriteRefused, Store  # noqa: E402
 
 PG_RESTART = ["pg_ctlcluster", "--skip-systemctl-redirect"]
 
@@ -790,7 +790,7 @@ class ChildWatch:
 
     def poll(self) -> None:
         if self.child is None or not alive(self.child, self.child_started):
-            found = [p for p in descendants(self.sweep_pid) if "workers.child" in cmdline(p)]
+            found = [p for p in descendants(self.sweep_pid) if "autotune.workers.child" in cmdline(p)]
             if found and (found[0], start_time(found[0])) != (self.child, self.child_started):
                 self.child, self.child_started, self.dirs = found[0], start_time(found[0]), []
         if self.child is None:
@@ -825,7 +825,7 @@ def _ok_rows(url: str) -> int:
 
 
 # Processes that must end with a killed sweep: they hold a core and a tuning job each.
-TUNING_PROCESSES = ("ray::TuningWorker", "workers.child")
+TUNING_PROCESSES = ("ray::TuningWorker", "autotune.workers.child")
 
 
 def _kill_sweep(url: str, batch_sizes: str, rng: Any, workdir: Path, grace: float) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
     """One ``autotune sweep`` command: its wall time, the report's phases and each request's time
     (``keep``: a directory where its SQLite cache is copied, for --keep-caches)."""
     cache_url = f"sqlite:///{tmp / 'cache.db'}"
-    cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')", "sweep", *paths,
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')", "sweep", *paths,
            "--cache", cache_url, "--gpus", str(gpus), "--json"]
     done = _run(cmd, _child_env(tmp, cache_url), timeout, None)
     if keep is not None and (tmp / "cache.db").exists():

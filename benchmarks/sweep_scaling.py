@@ -33,7 +33,7 @@ log = logging.getLogger("sweep_scaling")
 
 def run_one(model: str, gpus: int, tmp: Path, timeout: float, log_dir: Path | None, gpu_slug: str) -> dict[str, Any]:
     cache_url = f"sqlite:///{tmp / 'cache.db'}"
-    cmd = [sys.executable, "-c", "from cli import main; main(prog_name='autotune')",
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')",
            "sweep", model, "--cache", cache_url, "--gpus", str(gpus), "--json"]
     log_path = log_dir / f"{gpu_slug}-{Path(model).stem}-{gpus}gpu.log" if log_dir else None
     done = _run(cmd, _child_env(tmp, cache_url), timeout, log_path)

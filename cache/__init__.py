@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cache.errors import (
+from autotune.cache.errors import (
     CacheError,
     CacheUnavailable,
     CacheWriteRefused,
@@ -12,7 +12,7 @@ from cache.errors import (
     ReadOnlyError,
     SchemaOutdated,
 )
-from cache.records import (
+from autotune.cache.records import (
     ARTIFACT_KINDS,
     FAILURE_KINDS,
     STATUSES,
@@ -26,10 +26,10 @@ from cache.records import (
     TuningRequest,
     TuningResult,
 )
-from cache.url import default_cache_url, resolve_cache_url
+from autotune.cache.url import default_cache_url, resolve_cache_url
 
 if TYPE_CHECKING:
-    from cache.store import ExportReport, ImportReport, Store
+    from autotune.cache.store import ExportReport, ImportReport, Store
 
 # The store pulls in SQLAlchemy and Alembic (about a second): imported on first use,
 # so that installing the warm-start hook, which only needs the records, stays cheap.
@@ -38,7 +38,7 @@ _FROM_STORE = ("ExportReport", "ImportReport", "Store")
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_STORE:
-        from cache import store
+        from autotune.cache import store
 
         return getattr(store, name)
     raise AttributeError(f"module 'cache' has no attribute {name!r}")

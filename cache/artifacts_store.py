@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, bindparam, func, select
 
-from cache.models import artifacts as A
-from cache.records import ARTIFACT_KINDS, Artifact, ArtifactInfo, utcnow
+from autotune.cache.models import artifacts as A
+from autotune.cache.records import ARTIFACT_KINDS, Artifact, ArtifactInfo, utcnow
 
 UNSIGNED = "unsigned"  # the signer filter and stats label of artifacts without a signature
 

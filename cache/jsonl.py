@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from cache.errors import ImportValidationError
-from cache.records import ARTIFACT_KINDS, FAILURE_KINDS, STATUSES, Artifact, Environment, TuningResult
-from cache.signing import PUBLIC_KEY_BYTES, SIGNATURE_BYTES
+from autotune.cache.errors import ImportValidationError
+from autotune.cache.records import ARTIFACT_KINDS, FAILURE_KINDS, STATUSES, Artifact, Environment, TuningResult
+from autotune.cache.signing import PUBLIC_KEY_BYTES, SIGNATURE_BYTES
 
 FORMAT = "autotune-cache"
 VERSION = 3

@@ -33,9 +33,9 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cache.errors import CacheError, one_line
-from cache.models import leases as L
-from cache.records import utcnow
+from autotune.cache.errors import CacheError, one_line
+from autotune.cache.models import leases as L
+from autotune.cache.records import utcnow
 
 log = logging.getLogger(__name__)
 

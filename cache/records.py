@@ -356,7 +356,7 @@ class Artifact:
     @property
     def signer(self) -> str | None:
         """The signing key's fingerprint (cache.signing.fingerprint), None when unsigned."""
-        from cache.signing import fingerprint
+        from autotune.cache.signing import fingerprint
 
         return fingerprint(self.public_key) if self.public_key else None
 

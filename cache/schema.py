@@ -12,7 +12,7 @@ from sqlalchemy import Connection, inspect, text
 if TYPE_CHECKING:
     from alembic.config import Config
 
-from cache import models
+from autotune.cache import models
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from cache.records import Environment, TuningRequest
+from autotune.cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
 from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file

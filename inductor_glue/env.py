@@ -14,7 +14,7 @@ import platform
 import threading
 from typing import Any
 
-from cache.records import Environment, digest
+from autotune.cache.records import Environment, digest
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ import logging
 from concurrent.futures import Future
 from typing import Any, Callable, Protocol
 
-from cache.records import digest
+from autotune.cache.records import digest
 
 from .patching import StackedPatch
 

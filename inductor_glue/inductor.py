@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from torch._inductor import select_algorithm as sa
 
-from cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
+from autotune.cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
 
 from . import pinning
 

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from typing import Any, Iterator
 
-from cache.records import Environment, digest
+from autotune.cache.records import Environment, digest
 
 from .fusion import DecisionBook
 from .patching import StackedPatch

@@ -22,7 +22,7 @@ import inspect
 import logging
 from typing import Any, Callable, NamedTuple, Sequence
 
-from cache.records import digest
+from autotune.cache.records import digest
 
 from .patching import StackedPatch
 

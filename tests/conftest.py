@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/factories.py
 
-from cache import Store  # noqa: E402
+from autotune.cache import Store  # noqa: E402
 
 TINY = str(Path(__file__).resolve().parent / "models" / "tiny_mlp.py")
 REPO = Path(__file__).resolve().parents[1]
@@ -213,7 +213,7 @@ def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     run, since the shared signed sweep below is signed with it."""
     from click.testing import CliRunner
 
-    import cli
+    from autotune import cli
 
     with _once_per_run(tmp_path_factory, "keys") as (root, made):
         for name in ("writer", "stranger") if not made else ():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from cache.records import (
+from autotune.cache.records import (
     STATUS_OK,
     CandidateResult,
     Environment,

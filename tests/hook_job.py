@@ -34,8 +34,8 @@ from torch._dynamo.utils import counters  # noqa: E402
 from torch._inductor import select_algorithm  # noqa: E402
 
 import autotune  # noqa: E402
-from inductor_glue.inductor import benchmark_count  # noqa: E402
-from workers.child import warm_up  # noqa: E402
+from autotune.inductor_glue.inductor import benchmark_count  # noqa: E402
+from autotune.workers.child import warm_up  # noqa: E402
 
 
 def _share_compiled_kernels(directory: str) -> None:

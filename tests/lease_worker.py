@@ -14,8 +14,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from cache import Store
-from cache.leases import CLAIMED, DONE, Heartbeat
+from autotune.cache import Store
+from autotune.cache.leases import CLAIMED, DONE, Heartbeat
 
 
 def main(url: str, name: str, log: str, n_keys: int, seconds: float, since: float, hold: bool) -> None:

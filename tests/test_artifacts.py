@@ -18,11 +18,11 @@ import sqlalchemy as sa
 import torch
 from click.testing import CliRunner
 
-import cli
+from autotune import cli
 from autotune.artifacts import ArtifactTier
 from autotune.hook import HookStats
-from cache import Store, signing
-from cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
+from autotune.cache import Store, signing
+from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
 from test_hook import TINY, job
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
@@ -258,7 +258,7 @@ def test_a_pass_that_withholds_its_artifacts_publishes_none_and_keeps_its_data(
     writes (here a GEMM winner written back) are kept; the compile after it publishes."""
     from autotune.hook import warm_start_for_pass
     from autotune.settings import Settings
-    from inductor_glue.capture import fresh_inductor
+    from autotune.inductor_glue.capture import fresh_inductor
 
     url = f"sqlite:///{tmp_path / 'pass.db'}"
     settings = Settings(cache=url, signing_key=str(keys["writer"]))

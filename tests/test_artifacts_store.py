@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from factories import make_env, make_result
 
-from cache import (
+from autotune.cache import (
     Artifact,
     CacheError,
     ImportValidationError,
@@ -25,11 +25,11 @@ from cache import (
     SchemaOutdated,
     Store,
 )
-from cache.jsonl import artifact_to_json
-from cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_DYNAMO, ARTIFACT_FX_GRAPH
-from cache.schema import MIGRATIONS_DIR, head_revision
-from cache.signing import OK, Signer, generate, load_trusted
-from cli import main
+from autotune.cache.jsonl import artifact_to_json
+from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_DYNAMO, ARTIFACT_FX_GRAPH
+from autotune.cache.schema import MIGRATIONS_DIR, head_revision
+from autotune.cache.signing import OK, Signer, generate, load_trusted
+from autotune.cli import main
 
 EVERY_BYTE = bytes(range(256)) * 17
 BIG = random.Random(0).randbytes(5 * 1024 * 1024)  # incompressible, so sizes on disk are real

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from inductor_glue.capture import Session, capture_file, compile_sessions
-from inductor_glue.inductor import benchmark_count
-from inductor_glue.modelfile import ModelFileError, load_model_file, module_name_for, parse_config_overrides
+from autotune.inductor_glue.capture import Session, capture_file, compile_sessions
+from autotune.inductor_glue.inductor import benchmark_count
+from autotune.inductor_glue.modelfile import ModelFileError, load_model_file, module_name_for, parse_config_overrides
 
 MODELS = Path(__file__).parent / "models"
 TINY = str(MODELS / "tiny_mlp.py")
@@ -51,8 +51,8 @@ def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: lis
     another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them),
     a fused SiLU as Linear + SiLU (the zoo's Llama did), and so on; each tuned result
     carries the captured key and all its candidates."""
-    from workers.jobs import TuneJob
-    from workers.tune import tune_request
+    from autotune.workers.jobs import TuneJob
+    from autotune.workers.tune import tune_request
 
     captured = capture_file(TINY, entry=entry, dynamic=True)
     assert [r.op for r in captured.requests] == ops
@@ -154,8 +154,8 @@ def test_a_model_file_is_imported_under_its_stem_as_a_training_script_imports_it
 def test_remote_capture_finds_what_a_local_capture_finds_and_files_no_padding_on_a_cpu() -> None:
     # The Ray task a GPU-less sweep host sends to a GPU node (called here without Ray): the
     # model file travels as text. On a CPU Inductor times no padding, so nothing is filed.
-    from cache.records import TuningRequest
-    from workers.actor import remote_capture
+    from autotune.cache.records import TuningRequest
+    from autotune.workers.actor import remote_capture
 
     local = capture_file(TINY)
     data = remote_capture(Path(TINY).read_text(), Path(TINY).name, {"device": "cpu"})

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner, Result
 from factories import make_env, make_request, make_result
 
-from cache import Artifact, Store
-from cache.schema import head_revision
-from cache.signing import generate
-from cli import cache as cache_group
-from cli import main
+from autotune.cache import Artifact, Store
+from autotune.cache.schema import head_revision
+from autotune.cache.signing import generate
+from autotune.cli import cache as cache_group
+from autotune.cli import main
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import main
+from autotune.cli import main
 
 MODELS = Path(__file__).parent / "models"
 
@@ -73,7 +73,7 @@ def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) 
         "sys.exit(3)\n"
     )
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "AUTOTUNE_ON_MISS": "aten"}
-    proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", "run", "--cache", sqlite_url,
+    proc = subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", "run", "--cache", sqlite_url,
                            str(script), "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 3, proc.stderr[-2000:]  # the script's own exit status
     assert "args ['--epochs', '3']" in proc.stdout

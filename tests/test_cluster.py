@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cache import Store
-from workers.faults import FAULT_ENV
+from autotune.cache import Store
+from autotune.workers.faults import FAULT_ENV
 
 # Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
 pytestmark = pytest.mark.xdist_group("cluster")
@@ -48,7 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _sweep(cluster: Cluster, cache: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-c", "from cli import main; main()", "sweep", TINY, "--address", cluster.address,
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main()", "sweep", TINY, "--address", cluster.address,
            "--device", "cpu", "--workers", "2", "--cache", cache, "--json", *args]
     return subprocess.Popen(cmd, env=env or cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT)

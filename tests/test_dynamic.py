@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cache import Store
+from autotune.cache import Store
 from conftest import REPO, TINY, copy_sqlite
 from test_hook import job
 

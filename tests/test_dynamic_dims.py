@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cache import Store
+from autotune.cache import Store
 from conftest import dynamic_sweep
 from test_hook import job
 

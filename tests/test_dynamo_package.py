@@ -20,8 +20,8 @@ import torch
 from conftest import REPO
 from test_hook import job
 
-from cache import Store, signing
-from cache.records import ARTIFACT_DYNAMO
+from autotune.cache import Store, signing
+from autotune.cache.records import ARTIFACT_DYNAMO
 
 MODEL = REPO / "tests" / "models" / "tiny_packaged.py"
 

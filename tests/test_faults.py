@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cache import Store
+from autotune.cache import Store
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import fault_scenarios as faults  # noqa: E402
 
-from cli import main  # noqa: E402
+from autotune.cli import main  # noqa: E402
 
 
 def _passed(outcome: faults.Outcome) -> None:
@@ -125,7 +125,7 @@ def hold_ray_first_fork():
         forking.set()
         imported.wait(30)
 os.register_at_fork(before=hold_ray_first_fork)
-from workers.pool import start_ray_soon, undo_ray_started_soon
+from autotune.workers.pool import start_ray_soon, undo_ray_started_soon
 start_ray_soon()
 assert forking.wait(120), "Ray's thread never forked"
 import concurrent.futures.thread

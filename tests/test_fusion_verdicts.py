@@ -21,7 +21,7 @@ from torch._inductor.scheduler import FusionResult, Scheduler
 
 from autotune.hook import ServePolicy, warm_start
 from autotune.settings import Settings
-from inductor_glue import fusion, padding, pinning
+from autotune.inductor_glue import fusion, padding, pinning
 
 
 class _Choice:

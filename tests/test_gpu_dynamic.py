@@ -40,10 +40,10 @@ def example(batch_size=None):
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="needs a CUDA GPU: the failure was in a Triton template's launch under CUDA graphs")
 def test_a_mixer_token_gemm_with_a_floordiv_size_is_tuned(tmp_path: Path) -> None:
-    from inductor_glue.capture import capture_model
-    from inductor_glue.modelfile import load_model_file
-    from workers.jobs import TuneJob
-    from workers.tune import tune_request
+    from autotune.inductor_glue.capture import capture_model
+    from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.workers.jobs import TuneJob
+    from autotune.workers.tune import tune_request
 
     (tmp_path / "mixer.py").write_text(MIXER)
     model = load_model_file(str(tmp_path / "mixer.py"))
@@ -72,7 +72,7 @@ def example(batch_size=None):
 def _job(url: str, batch_sizes: tuple[int, ...], dynamic: bool | None) -> tuple[int, int, int]:
     """A job on a fresh node: (GEMM misses, pointwise/reduction kernels it tuned, loaded)."""
     from autotune.hook import warm_start
-    from inductor_glue.capture import fresh_inductor
+    from autotune.inductor_glue.capture import fresh_inductor
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.LayerNorm(512),
@@ -95,7 +95,7 @@ def test_the_pass_tunes_the_dynamic_graphs_kernels_so_jobs_in_every_mode_tune_no
     ``dynamic=True`` job 22: their kernels' sources have symbolic sizes, so other keys."""
     from autotune.pointwise import tune_pointwise
     from autotune.settings import Settings
-    from inductor_glue.modelfile import load_model_file
+    from autotune.inductor_glue.modelfile import load_model_file
 
     (tmp_path / "normed.py").write_text(NORMED)
     model = load_model_file(str(tmp_path / "normed.py"))

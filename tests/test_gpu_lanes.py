@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.gpu_lock import gpu_timing_turn
+from autotune.workers.gpu_lock import gpu_timing_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -24,7 +24,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
 
 _HOLDER = """
 import sys, time
-from workers.gpu_lock import gpu_timing_turn
+from autotune.workers.gpu_lock import gpu_timing_turn
 with gpu_timing_turn("cuda"):
     began = time.time()
     time.sleep(1.0)
@@ -51,10 +51,10 @@ def test_two_processes_on_one_gpu_time_in_turn() -> None:
 def test_an_aten_win_has_its_fastest_template_checked_in_the_same_compile(tmp_path: Path) -> None:
     """A bf16 GEMM with a bias (cuBLAS's bias epilogue won it on an H100): whatever wins,
     an ATen winner's fastest Triton config must come back checked, with its error."""
-    from inductor_glue.capture import capture_model
-    from inductor_glue.modelfile import load_model_file
-    from workers.jobs import TuneJob
-    from workers.tune import tune_request
+    from autotune.inductor_glue.capture import capture_model
+    from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.workers.jobs import TuneJob
+    from autotune.workers.tune import tune_request
 
     model_file = tmp_path / "gemm.py"
     model_file.write_text(

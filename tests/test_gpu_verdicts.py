@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from autotune.hook import HookStats, warm_start
-from inductor_glue.capture import fresh_inductor
+from autotune.inductor_glue.capture import fresh_inductor
 
 
 def _compile_and_run(url: str) -> HookStats:
@@ -49,9 +49,9 @@ def test_a_second_compile_serves_every_verdict_the_first_one_reached(tmp_path: P
                     reason="needs a CUDA GPU: Inductor times matmul padding only on GPUs")
 def test_a_remote_capture_returns_its_padding_verdicts_and_pads_as_stored_ones_say(tmp_path: Path) -> None:
     # The Ray task a GPU-less sweep host sends to a GPU node, called here without Ray.
-    from cache.records import Environment, TuningRequest
-    from cache.store import Store
-    from workers.actor import remote_capture
+    from autotune.cache.records import Environment, TuningRequest
+    from autotune.cache.store import Store
+    from autotune.workers.actor import remote_capture
 
     model = tmp_path / "unaligned.py"
     model.write_text(

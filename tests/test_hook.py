@@ -17,7 +17,7 @@ import torch
 
 from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
-from cache import Store
+from autotune.cache import Store
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -202,7 +202,7 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
     from autotune import pass_marks
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
     from conftest import copy_sqlite
-    from inductor_glue.env import kernel_config_environment
+    from autotune.inductor_glue.env import kernel_config_environment
 
     # On CPU there are no pointwise configs to tune; this runs the sweep's last step
     # end to end: a fresh process that loads the model, waits for the word, compiles
@@ -241,7 +241,7 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
     from autotune.in_graph import SOURCE
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
     from conftest import copy_sqlite
-    from inductor_glue.env import kernel_config_environment
+    from autotune.inductor_glue.env import kernel_config_environment
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "stopped.db")
     spec = PointwiseSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",

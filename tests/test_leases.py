@@ -12,11 +12,11 @@ from pathlib import Path
 
 from autotune.pointwise import PointwiseReport, Shard, merge_reports, plan_lanes
 from autotune.queue import SweepQueue
-from cache import Store
-from cache.leases import CLAIMED, DONE, TAKEN
-from cache.records import InputLayout, TuningRequest
-from inductor_glue.capture import kernel_owner
-from workers.jobs import TuneJob
+from autotune.cache import Store
+from autotune.cache.leases import CLAIMED, DONE, TAKEN
+from autotune.cache.records import InputLayout, TuningRequest
+from autotune.inductor_glue.capture import kernel_owner
+from autotune.workers.jobs import TuneJob
 
 WORKER = str(Path(__file__).parent / "lease_worker.py")
 ROOT = str(Path(__file__).resolve().parent.parent)

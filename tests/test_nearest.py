@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from autotune.nearest import MAX_RATIO, NearestIndex, distance, match_choice
-from cache import Store
-from cache.records import CandidateResult, InputLayout
+from autotune.cache import Store
+from autotune.cache.records import CandidateResult, InputLayout
 from factories import make_request, make_result
 from test_hook import job
 

@@ -11,7 +11,7 @@ import pytest
 
 from autotune import pass_marks
 from autotune.pointwise import PointwiseSpec
-from cache.store import Store
+from autotune.cache.store import Store
 from factories import make_env
 
 

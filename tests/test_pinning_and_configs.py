@@ -15,11 +15,11 @@ from torch._inductor import select_algorithm as sa
 from torch._inductor.runtime.autotune_cache import AutotuneCache
 
 from autotune import kernel_configs
-from inductor_glue import pinning
+from autotune.inductor_glue import pinning
 from autotune.hook import ServePolicy
 from autotune.settings import Settings
-from cache import Store
-from cache.records import CandidateResult, TuningResult
+from autotune.cache import Store
+from autotune.cache.records import CandidateResult, TuningResult
 
 
 def _with_pins(result: TuningResult, family: str) -> TuningResult:
@@ -274,7 +274,7 @@ def test_a_reduction_served_from_the_cache_gets_no_halved_rblock_candidates(
 def test_the_hook_builds_inductors_selector_only_when_inductor_first_uses_it(sqlite_url: str) -> None:
     """Building it hashes Triton's install (1.1 s on an H100): a compile served from a
     compiled artifact never lowers a GEMM, so the hook puts a stand-in in place."""
-    from inductor_glue.inductor import LazySelector, Selector, install, uninstall
+    from autotune.inductor_glue.inductor import LazySelector, Selector, install, uninstall
 
     before = sa._ALGORITHM_SELECTOR_CACHE
     policy = ServePolicy(Settings(cache=sqlite_url))
@@ -294,7 +294,7 @@ def test_the_hook_builds_inductors_selector_only_when_inductor_first_uses_it(sql
 def test_the_sweeps_pass_holds_its_writes_until_flush_and_loses_none(sqlite_url: str) -> None:
     # The pass times kernels in its own process: a writer thread busy in SQLAlchemy then
     # would hold the GIL between their launches. Its writes wait for flush (or close).
-    from inductor_glue.env import kernel_config_environment
+    from autotune.inductor_glue.env import kernel_config_environment
 
     env = kernel_config_environment("cpu")
     store = Store(sqlite_url)

@@ -13,7 +13,7 @@ from torch.utils._triton import has_triton, triton_hash_with_backend
 
 import autotune
 from autotune import kernel_configs
-from inductor_glue.env import prewarm_triton_backend
+from autotune.inductor_glue.env import prewarm_triton_backend
 
 needs_triton_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and has_triton()),
                                       reason="needs a CUDA GPU with Triton: only GPU jobs build Triton's backend")

@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from cache.records import InputLayout, TuningRequest
-from inductor_glue.capture import capture_file, fresh_inductor
-from workers.reproduce import graph_config, one_op_graph
+from autotune.cache.records import InputLayout, TuningRequest
+from autotune.inductor_glue.capture import capture_file, fresh_inductor
+from autotune.workers.reproduce import graph_config, one_op_graph
 
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 
@@ -58,7 +58,7 @@ def test_capture_records_the_graphs_layout_decision() -> None:
 
 def test_runtime_tuning_policies_nest_and_come_off() -> None:
     """The innermost policy decides which kernels tune at first run; leaving restores Inductor's."""
-    from inductor_glue.capture import _caching_autotuner, kernel_owner, no_runtime_tuning, tune_only_shard
+    from autotune.inductor_glue.capture import _caching_autotuner, kernel_owner, no_runtime_tuning, tune_only_shard
 
     autotuner_cls = _caching_autotuner()
     original = autotuner_cls.__dict__["coordinate_descent_tuning"]
@@ -83,7 +83,7 @@ def test_runtime_tuning_policies_nest_and_come_off() -> None:
 
 
 def test_monomial_sizes_split_into_their_factors() -> None:
-    from workers.symbolic import monomial
+    from autotune.workers.symbolic import monomial
 
     hints = {"s27": 16, "s77": 2}
     assert monomial("s27*s77", hints) == [(16, "s27"), (2, "s77")]
@@ -95,8 +95,8 @@ def test_monomial_sizes_split_into_their_factors() -> None:
 
 @pytest.mark.parametrize("transposed", [False, True])
 def test_a_carrier_holds_the_same_memory_and_unpacks_to_the_recorded_layout(transposed: bool) -> None:
-    from workers.reproduce import make_input
-    from workers.symbolic import carrier_for
+    from autotune.workers.reproduce import make_input
+    from autotune.workers.symbolic import carrier_for
 
     sizes, strides = ((32, 8), (1, 32)) if transposed else ((32, 8), (8, 1))
     layout = InputLayout(sizes, strides, 0, "torch.float32", "cpu", symbolic=(0,), exprs=("16*s77",))
@@ -117,7 +117,7 @@ def test_a_carrier_as_large_as_its_memory_keeps_the_models_symbol_under_dynamic_
     symbol first, and duck sizing handed it to the equal-sized dimension. Carriers now hold
     memory of their own (``own_memory``). CPU Inductor does not autotune this ``mm``, so this
     compiles the one-op graph with a backend that reads the symbols Dynamo made."""
-    from workers.symbolic import symbol_numbers
+    from autotune.workers.symbolic import symbol_numbers
 
     request = TuningRequest(
         op="mm", inputs_key="rotary", precision="highest",

@@ -14,7 +14,7 @@ from conftest import _admin_engine
 from factories import make_env, make_request, make_result
 from test_hook import job
 
-from cache import CacheWriteRefused, Store
+from autotune.cache import CacheWriteRefused, Store
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ROLES = ("autotune_sweep", "autotune_job", "autotune_writeback")

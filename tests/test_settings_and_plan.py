@@ -8,7 +8,7 @@ import pytest
 
 from autotune.plan import dedupe, make_plan, shape_summary
 from autotune.settings import Settings, SettingsError
-from cache.records import InputLayout, TuningRequest
+from autotune.cache.records import InputLayout, TuningRequest
 
 
 def _request(op: str = "mm", m: int = 64, hashes: tuple[str, ...] = ("a", "b")) -> TuningRequest:

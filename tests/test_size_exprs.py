@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cache import Store
-from cache.records import InputLayout
+from autotune.cache import Store
+from autotune.cache.records import InputLayout
 from conftest import dynamic_sweep
 from test_hook import job
-from workers.size_exprs import UnsupportedExpression, evaluate, flat_carrier_for, parse
+from autotune.workers.size_exprs import UnsupportedExpression, evaluate, flat_carrier_for, parse
 
 pytestmark = pytest.mark.xdist_group("tiny_patches")
 PATCHES = str(Path(__file__).parent / "models" / "tiny_patches.py")
@@ -74,7 +74,7 @@ def test_a_carrier_refuses_what_it_cannot_rebuild() -> None:
 def test_only_named_dimensions_of_one_size_need_a_second_capture() -> None:
     """dynamic=True and mark_dynamic compile one graph unless two named dimensions share a
     size (sizes 0 and 1 are never symbols, so they never share one)."""
-    from inductor_glue.capture import duck_differs
+    from autotune.inductor_glue.capture import duck_differs
 
     image, tokens = torch.empty(2, 3, 16, 16), torch.empty(2, 16)
     assert duck_differs((image,), {0: (0, 2, 3)})
@@ -100,9 +100,9 @@ def test_a_sliced_sequence_is_reproduced_from_its_expression(tmp_path: Path) -> 
     """A sliced sequence gives M = s77*(s27 - 1), which no input dimension can carry; the
     worker rebuilds it from s77 and s27 and tunes it under the model's key (it was a
     key_mismatch, a documented limit, before)."""
-    from inductor_glue.capture import capture_file
-    from workers.jobs import TuneJob
-    from workers.tune import tune_request
+    from autotune.inductor_glue.capture import capture_file
+    from autotune.workers.jobs import TuneJob
+    from autotune.workers.tune import tune_request
 
     path = tmp_path / "sliced.py"
     path.write_text(_SLICED)

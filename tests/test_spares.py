@@ -10,8 +10,8 @@ import torch
 
 from autotune.settings import Settings
 from autotune.sweep import spare_count
-from workers import spares
-from workers.child import ChildTuner
+from autotune.workers import spares
+from autotune.workers.child import ChildTuner
 
 pytestmark = pytest.mark.skipif(not spares.supported(), reason="spares need Linux (named pipes, PR_SET_PDEATHSIG)")
 

@@ -13,8 +13,8 @@ from collections import Counter
 import sqlalchemy as sa
 from factories import make_env, make_request, make_result
 
-from cache import Store, TuningResult
-from cache.models import candidates, requests
+from autotune.cache import Store, TuningResult
+from autotune.cache.models import candidates, requests
 
 WORKERS = 8
 SHARED = 12  # request keys every worker writes

@@ -17,7 +17,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from factories import make_env, make_request, make_result
 
-from cache import (
+from autotune.cache import (
     CacheUnavailable,
     ImportValidationError,
     ReadOnlyError,
@@ -27,10 +27,10 @@ from cache import (
     default_cache_url,
     resolve_cache_url,
 )
-from cache.models import Base
-from cache.records import STATUS_FAILED, STATUS_OK, digest
-from cache.models import requests as requests_table
-from cache.schema import MIGRATIONS_DIR, head_revision
+from autotune.cache.models import Base
+from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
+from autotune.cache.models import requests as requests_table
+from autotune.cache.schema import MIGRATIONS_DIR, head_revision
 
 # ------------------------------------------------------------------ round trip
 
@@ -523,7 +523,7 @@ def test_resolve_cache_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 def test_lookup_survives_a_dropped_connection(postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
     """A pooled connection killed by the server is replaced, not reported as a miss or error."""
-    caplog.set_level("INFO", logger="cache.store")
+    caplog.set_level("INFO", logger="autotune.cache.store")
     store = Store(postgres_url)
     result = make_result()
     store.put_result(result)

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from conftest import _admin_engine
 from factories import make_env, make_result
 
-from cache import CacheUnavailable, SchemaOutdated, Store, schema
-from cache.store import _migration
+from autotune.cache import CacheUnavailable, SchemaOutdated, Store, schema
+from autotune.cache.store import _migration
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,7 +150,7 @@ def test_opening_a_store_to_read_imports_no_alembic(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with Store(url) as store:
         store.upgrade()
-    probe = ("import sys; from cache.store import Store; s = Store(sys.argv[1], read_only=True); "
+    probe = ("import sys; from autotune.cache.store import Store; s = Store(sys.argv[1], read_only=True); "
              "s.stats(); print(sorted(m for m in sys.modules if m.startswith('alembic')))")
     done = subprocess.run([sys.executable, "-c", probe, url], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

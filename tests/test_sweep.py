@@ -9,9 +9,9 @@ import pytest
 
 from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
-from cache import Store
-from workers.faults import FAULT_ENV
-from workers.jobs import TuneJob
+from autotune.cache import Store
+from autotune.workers.faults import FAULT_ENV
+from autotune.workers.jobs import TuneJob
 
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
 
@@ -87,8 +87,8 @@ def _debug(report) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_a_failed_background_start_raises_its_worker_error_when_the_pool_is_needed() -> None:
-    from workers.errors import WorkerError
-    from workers.pool import PoolStarter
+    from autotune.workers.errors import WorkerError
+    from autotune.workers.pool import PoolStarter
 
     starter = PoolStarter(None, None, "cuda", None, 60.0)  # the local Ray of this module has no GPU
     with pytest.raises(WorkerError, match="no GPU in the Ray cluster"):
@@ -121,8 +121,8 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
 
 def _tiny_cpu_jobs() -> list[TuneJob]:
     """The tiny MLP's requests, captured on CPU, as tuning jobs."""
-    from inductor_glue.capture import capture_model
-    from inductor_glue.modelfile import load_model_file
+    from autotune.inductor_glue.capture import capture_model
+    from autotune.inductor_glue.modelfile import load_model_file
 
     model = load_model_file(TINY)
     captured = capture_model(model, device="cpu")
@@ -132,7 +132,7 @@ def _tiny_cpu_jobs() -> list[TuneJob]:
 def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
     comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
-    from workers.pool import ListSource, TuningPool
+    from autotune.workers.pool import ListSource, TuningPool
 
     stuck, free = _tiny_cpu_jobs()
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
@@ -154,7 +154,7 @@ def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.
 
 def test_a_request_that_hangs_past_its_timeout_is_failed_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool gives up on a request after its timeout and records it as failed, saying so."""
-    from workers.pool import ListSource, TuningPool
+    from autotune.workers.pool import ListSource, TuningPool
 
     stuck = _tiny_cpu_jobs()[0]
     monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch._inductor.runtime.benchmarking import benchmarker
 
-from inductor_glue.timing import benchmark_gpu_queued, kernel_bound_timing
+from autotune.inductor_glue.timing import benchmark_gpu_queued, kernel_bound_timing
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
                                reason="needs a CUDA GPU: kernel-bound timing only changes GPU timings")

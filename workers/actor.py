@@ -95,7 +95,7 @@ class TuningWorker:
             log.debug("could not open the cache while warming up", exc_info=True)
 
     def tune(self, job_json: dict[str, Any]) -> dict[str, Any]:
-        from cache.records import TuningResult
+        from autotune.cache.records import TuningResult
 
         from .child import ChildDied
         from .jobs import TuneJob, failed_result
@@ -121,7 +121,7 @@ STORE_ERROR_KEY = "_store_error"
 def store_result(store: Any, result: Any) -> str | None:
     """Store one result; the store's one-line message if it could not (after its own
     retries), else None. Never raises for cache errors: the sweep decides what to do."""
-    from cache.errors import CacheError
+    from autotune.cache.errors import CacheError
 
     try:
         store.put_result(result)
@@ -150,8 +150,8 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], s
     import tempfile
     from pathlib import Path
 
-    from inductor_glue import padding
-    from inductor_glue.capture import capture_file
+    from autotune.inductor_glue import padding
+    from autotune.inductor_glue.capture import capture_file
 
     pad_env = padding.filed_under(kwargs.get("device", "cuda"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +176,7 @@ def _stored_pad_decisions(store: Any | None, env: Any | None) -> dict[str, dict[
     (capture then times its own, as on a fresh cache)."""
     if store is None:
         return {}
-    from inductor_glue import padding
+    from autotune.inductor_glue import padding
 
     try:
         return padding.stored_decisions(store, env)

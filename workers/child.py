@@ -61,7 +61,7 @@ class ChildTuner:
     def __init__(self, timeout: float, command: list[str] | None = None) -> None:
         self.timeout = timeout
         # The child's command line, before its result descriptor (benchmarks run a wrapped child).
-        self.command = command or [sys.executable, "-m", "workers.child"]
+        self.command = command or [sys.executable, "-m", "autotune.workers.child"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.results: IO[bytes] | None = None
 
@@ -169,8 +169,8 @@ def warm_up(device: str) -> float:
     try:
         import torch
 
-        from inductor_glue.capture import fresh_inductor
-        from inductor_glue.env import pin_triton_toolchain
+        from autotune.inductor_glue.capture import fresh_inductor
+        from autotune.inductor_glue.env import pin_triton_toolchain
 
         pin_triton_toolchain()
         if device == "cuda":
@@ -243,7 +243,7 @@ def _answer(message: dict[str, Any]) -> dict[str, Any]:
 
 def serve(result_fd: int, jobs: Iterable[str] | None = None) -> None:
     # Imported before the first line arrives: torch and Inductor load while the actor waits.
-    importlib.import_module("workers.tune")
+    importlib.import_module("autotune.workers.tune")
 
     results = os.fdopen(result_fd, "w")
     for line in sys.stdin if jobs is None else jobs:
@@ -258,7 +258,7 @@ def serve_spare(home: Path, parent: int) -> None:
     from .spares import JOBS, RESULTS, die_with_parent
 
     die_with_parent(parent)
-    importlib.import_module("workers.tune")
+    importlib.import_module("autotune.workers.tune")
     results = os.open(home / RESULTS, os.O_WRONLY)  # the claiming actor opened its end first
     with open(home / JOBS) as jobs:  # and opens this one once this end is open: both connected
         serve(results, jobs)

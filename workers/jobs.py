@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from cache.records import STATUS_FAILED, Environment, Provenance, TuningRequest, TuningResult
+from autotune.cache.records import STATUS_FAILED, Environment, Provenance, TuningRequest, TuningResult
 
 
 @dataclass(frozen=True)

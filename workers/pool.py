@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cache.records import TuningResult
+from autotune.cache.records import TuningResult
 
 from .actor import STORE_ERROR_KEY, TuningWorker, store_result
 from .cluster import check_address

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from cache.records import InputLayout, TuningRequest
+from autotune.cache.records import InputLayout, TuningRequest
 
 from .size_exprs import carry_expressions
 from .symbolic import carry

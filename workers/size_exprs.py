@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from cache.records import InputLayout, TuningRequest
+from autotune.cache.records import InputLayout, TuningRequest
 
 from .symbolic import as_module, carriers_for, memory_order, symbol_hints
 

@@ -82,7 +82,7 @@ class Spares:
         home.mkdir()
         os.mkfifo(home / JOBS)
         os.mkfifo(home / RESULTS)
-        proc = subprocess.Popen([sys.executable, "-m", "workers.child", "--spare", str(home), str(os.getpid())],
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.workers.child", "--spare", str(home), str(os.getpid())],
                                 env=env, stdin=subprocess.DEVNULL)
         (home / PID).write_text(str(proc.pid))
         return proc

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from cache.records import InputLayout, TuningRequest
+from autotune.cache.records import InputLayout, TuningRequest
 
 _SIZE_SYMBOL = re.compile(r"s(\d+)")
 MAX_INPUTS = 4  # the carrier module's forward names its arguments a0..a3 (builders pass at most 3)

@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from inductor_glue import padding
-from inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
-from inductor_glue.pinning import fastest_template
-from inductor_glue.timing import kernel_bound_timing
-from inductor_glue.inductor import (
+from autotune.inductor_glue import padding
+from autotune.inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from autotune.inductor_glue.pinning import fastest_template
+from autotune.inductor_glue.timing import kernel_bound_timing
+from autotune.inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
     Timings,
@@ -35,7 +35,7 @@ from inductor_glue.inductor import (
     describe_choice,
     installed,
 )
-from cache.records import (
+from autotune.cache.records import (
     STATUS_FAILED,
     STATUS_INVALID,
     STATUS_MISMATCH,
@@ -100,7 +100,7 @@ class TunePolicy:
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
     ) -> Timings:
-        from inductor_glue.env import current_environment
+        from autotune.inductor_glue.env import current_environment
 
         if self.env is None:
             self.env = current_environment(self.device)
@@ -298,7 +298,7 @@ def _with_every_candidate(request: TuningRequest, candidates: list[CandidateResu
 
 def _match_threads(job: TuneJob) -> None:
     """Use the capture's CPU thread count (Ray caps actors at num_cpus threads)."""
-    from inductor_glue.env import cpu_threads
+    from autotune.inductor_glue.env import cpu_threads
 
     threads = cpu_threads(job.expected_env) if job.expected_env else None
     if job.device == "cpu" and threads:
@@ -309,7 +309,7 @@ def _match_threads(job: TuneJob) -> None:
 
 def tune_request(job: TuneJob) -> TuningResult:
     """Tune ``job.request`` here; failures come back as a result, never raised."""
-    from inductor_glue.env import current_environment, pin_triton_toolchain
+    from autotune.inductor_glue.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()
     pin_triton_toolchain()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from cache.models import Base
+from autotune.cache.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - misuse guard

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cache.store._connection import WRITE_RETRY_S, StoreBase
-from cache.store._engine import SQLITE_BUSY_TIMEOUT_S
-from cache.store._maintenance import ExportReport, ImportReport, MaintenanceMixin
-from cache.store._migration import MIGRATION_WAIT_S, MigrationMixin
-from cache.store._misses import MissesMixin
-from cache.store._results import _PG_LOOKUP
+from autotune.cache.store._connection import WRITE_RETRY_S, StoreBase
+from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S
+from autotune.cache.store._maintenance import ExportReport, ImportReport, MaintenanceMixin
+from autotune.cache.store._migration import MIGRATION_WAIT_S, MigrationMixin
+from autotune.cache.store._misses import MissesMixin
+from autotune.cache.store._results import _PG_LOOKUP
 
 if TYPE_CHECKING:
-    from cache.leases import Leases
+    from autotune.cache.leases import Leases
 
 __all__ = [
     "MIGRATION_WAIT_S",
@@ -51,6 +51,6 @@ class Store(MaintenanceMixin, MissesMixin, MigrationMixin, StoreBase):
 
     def leases(self, holder: str | None = None, seconds: float = 60.0) -> Leases:
         """Leases of one sweep (``holder``) on this database's requests; see cache/leases.py."""
-        from cache.leases import Leases, new_holder_id
+        from autotune.cache.leases import Leases, new_holder_id
 
         return Leases(self, holder or new_holder_id(), seconds)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 
-from cache import artifacts_store
-from cache.models import artifacts as A
-from cache.records import Artifact, ArtifactInfo
-from cache.store._connection import StoreBase, db_errors
+from autotune.cache import artifacts_store
+from autotune.cache.models import artifacts as A
+from autotune.cache.records import Artifact, ArtifactInfo
+from autotune.cache.store._connection import StoreBase, db_errors
 
 class ArtifactsMixin(StoreBase):
     # --------------------------------------------------------------- artifacts

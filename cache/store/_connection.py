@@ -22,10 +22,10 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cache import schema
-from cache.errors import CacheError, CacheUnavailable, CacheWriteRefused, ReadOnlyError, SchemaOutdated, one_line
-from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, install_sqlite_hooks, parse_url
-from cache.url import resolve_cache_url
+from autotune.cache import schema
+from autotune.cache.errors import CacheError, CacheUnavailable, CacheWriteRefused, ReadOnlyError, SchemaOutdated, one_line
+from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, install_sqlite_hooks, parse_url
+from autotune.cache.url import resolve_cache_url
 
 log = logging.getLogger(__name__)
 

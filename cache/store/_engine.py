@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
-from cache.errors import CacheUnavailable, one_line
+from autotune.cache.errors import CacheUnavailable, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, bindparam, select
 
-from cache.models import environments as E
-from cache.records import Environment
-from cache.store._connection import StoreBase
-from cache.store._rows import env_values
+from autotune.cache.models import environments as E
+from autotune.cache.records import Environment
+from autotune.cache.store._connection import StoreBase
+from autotune.cache.store._rows import env_values
 
 _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from cache.models import kernel_configs as K
-from cache.records import Environment, utcnow
-from cache.store._connection import db_errors
-from cache.store._envs import EnvironmentsMixin
-from cache.store._rows import json_safe
+from autotune.cache.models import kernel_configs as K
+from autotune.cache.records import Environment, utcnow
+from autotune.cache.store._connection import db_errors
+from autotune.cache.store._envs import EnvironmentsMixin
+from autotune.cache.store._rows import json_safe
 
 class KernelConfigsMixin(EnvironmentsMixin):
     @db_errors

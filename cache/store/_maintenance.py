@@ -16,19 +16,19 @@ from typing import IO, Any
 import sqlalchemy as sa
 from sqlalchemy import Connection, delete, func, select
 
-from cache import artifacts_store, jsonl, schema
-from cache.models import artifacts as A
-from cache.models import candidates as C
-from cache.models import environments as E
-from cache.models import kernel_configs as K
-from cache.models import misses as M
-from cache.models import requests as R
-from cache.records import Environment, TuningResult, utcnow
-from cache.store._connection import db_errors
-from cache.store._artifacts import ArtifactsMixin
-from cache.store._kernel_configs import KernelConfigsMixin
-from cache.store._results import ResultsMixin
-from cache.store._rows import BATCH, chunks, env_filter, env_from_row, same
+from autotune.cache import artifacts_store, jsonl, schema
+from autotune.cache.models import artifacts as A
+from autotune.cache.models import candidates as C
+from autotune.cache.models import environments as E
+from autotune.cache.models import kernel_configs as K
+from autotune.cache.models import misses as M
+from autotune.cache.models import requests as R
+from autotune.cache.records import Environment, TuningResult, utcnow
+from autotune.cache.store._connection import db_errors
+from autotune.cache.store._artifacts import ArtifactsMixin
+from autotune.cache.store._kernel_configs import KernelConfigsMixin
+from autotune.cache.store._results import ResultsMixin
+from autotune.cache.store._rows import BATCH, chunks, env_filter, env_from_row, same
 
 log = logging.getLogger(__name__)
 

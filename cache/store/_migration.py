@@ -19,10 +19,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, exc
 
-from cache import schema
-from cache.errors import CacheUnavailable, SchemaOutdated, one_line
-from cache.store._connection import StoreBase, db_errors
-from cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT
+from autotune.cache import schema
+from autotune.cache.errors import CacheUnavailable, SchemaOutdated, one_line
+from autotune.cache.store._connection import StoreBase, db_errors
+from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,12 @@ import socket
 
 from sqlalchemy import Connection, select
 
-from cache.models import environments as E
-from cache.models import misses as M
-from cache.records import Environment, MissRecord, TuningRequest, utcnow
-from cache.store._connection import db_errors
-from cache.store._envs import EnvironmentsMixin
-from cache.store._rows import env_from_row, miss_from_row, request_values
+from autotune.cache.models import environments as E
+from autotune.cache.models import misses as M
+from autotune.cache.records import Environment, MissRecord, TuningRequest, utcnow
+from autotune.cache.store._connection import db_errors
+from autotune.cache.store._envs import EnvironmentsMixin
+from autotune.cache.store._rows import env_from_row, miss_from_row, request_values
 
 class MissesMixin(EnvironmentsMixin):
     @db_errors

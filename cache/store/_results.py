@@ -14,14 +14,14 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, bindparam, delete, exc, func, select
 from sqlalchemy.dialects import postgresql
 
-from cache.models import candidates as C
-from cache.models import environments as E
-from cache.models import misses as M
-from cache.models import requests as R
-from cache.records import STATUS_OK, Environment, TuningResult, utcnow
-from cache.store._connection import db_errors
-from cache.store._envs import EnvironmentsMixin
-from cache.store._rows import (
+from autotune.cache.models import candidates as C
+from autotune.cache.models import environments as E
+from autotune.cache.models import misses as M
+from autotune.cache.models import requests as R
+from autotune.cache.records import STATUS_OK, Environment, TuningResult, utcnow
+from autotune.cache.store._connection import db_errors
+from autotune.cache.store._envs import EnvironmentsMixin
+from autotune.cache.store._rows import (
     BATCH,
     candidate_values,
     chunks,

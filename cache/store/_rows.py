@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import func, select
 
-from cache.models import environments as E
-from cache.records import (
+from autotune.cache.models import environments as E
+from autotune.cache.records import (
     CandidateResult,
     Environment,
     InputLayout,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from cache.models import Id, UTCDateTime
+from autotune.cache.models import Id, UTCDateTime
 
 revision: str = "0001"
 down_revision: str | None = None

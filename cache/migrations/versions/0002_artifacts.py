@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from cache.models import Id, UTCDateTime
+from autotune.cache.models import Id, UTCDateTime
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from cache.models import UTCDateTime
+from autotune.cache.models import UTCDateTime
 
 revision: str = "0003"
 down_revision: str | None = "0002"

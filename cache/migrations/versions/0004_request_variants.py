@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from cache.records import TuningRequest
+from autotune.cache.records import TuningRequest
 
 revision: str = "0004"
 down_revision: str | None = "0003"
