@@ -1,4 +1,4 @@
-"""Least privilege, for real: the README's role SQL, run as written in the local
+"""Least privilege, for real: the role SQL of docs/operations.md, run as written in the local
 PostgreSQL, and what each role can and cannot do through the store and the hook."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from test_hook import job
 
 from autotune.cache import CacheWriteRefused, Store
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 ROLES = ("autotune_sweep", "autotune_job", "autotune_writeback")
 
 
-def readme_sql() -> str:
-    text = README.read_text()
+def roles_sql() -> str:
+    text = OPERATIONS.read_text()
     block = re.search(r"<!-- roles-sql: begin -->\s*```sql\n(.*?)```\s*<!-- roles-sql: end -->", text, re.S)
-    assert block, "README.md lost its roles-sql block"
+    assert block, "docs/operations.md lost its roles-sql block"
     return block.group(1)
 
 
@@ -44,11 +44,11 @@ def _statements(sql: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def roles(_pg_database: sa.URL) -> Iterator[dict[str, str]]:
-    """Run the README's SQL with unique role and database names; yield each role's URL."""
+    """Run the documented SQL with unique role and database names; yield each role's URL."""
     suffix = uuid.uuid4().hex[:8]
     names = {role: f"{role}_{suffix}" for role in ROLES}
     database = f"kernels_{suffix}"
-    sql = readme_sql()
+    sql = roles_sql()
     for role, name in names.items():
         sql = re.sub(rf"\b{role}\b", name, sql)
     sql = re.sub(r"\bkernels\b", database, sql)
