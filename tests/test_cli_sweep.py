@@ -45,12 +45,16 @@ def test_bad_batch_sizes_are_a_usage_error() -> None:
 
 
 def test_dry_run_json_lists_the_plan_alone_on_stdout(sqlite_url: str) -> None:
-    # The entry prints as it builds; with --json that goes to stderr, as would Ray's own prints.
-    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--entry", "chatty", "--dry-run",
+    # The entry prints as it builds; that goes to the sweep's log, as Inductor's and Ray's output
+    # do, and -v streams the log to stderr as it is written.
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--entry", "chatty", "--dry-run", "-v",
                                        "--json", "--cache", sqlite_url, "--device", "cpu", "--batch-sizes", "4,8"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # the whole of stdout is the report
     assert "building the tiny MLP at batch 4" in result.stderr
+    log = Path(report["log"])  # beside the SQLite cache, one file per sweep
+    assert log.parent == Path(sqlite_url.removeprefix("sqlite:///")).parent / "logs"
+    assert "building the tiny MLP at batch 4" in log.read_text()
     # Each batch size's static graph, and the graph a job recompiles when its batch goes
     # from 4 to 8 (a dynamic batch with size hint 8; CPU freezing then uses mkldnn's linear).
     assert report["dry_run"] is True and report["totals"]["found"] == 6

@@ -1,0 +1,161 @@
+"""The sweep's log file: where everything the libraries underneath a sweep print goes.
+
+Inductor prints an ``AUTOTUNE`` table and its choices' stats for every request it tunes,
+Dynamo and torch warn, Ray logs, and the tuning processes print what they like: hundreds
+of lines for a GPU sweep, among which a user could not tell whether anything went wrong.
+Inside ``SweepLog`` the process's own standard output and error (the file descriptors,
+so its child processes, spares and end-to-end passes too) write to one log file per
+sweep, and the sweep's actors send theirs and their children's there too
+(``workers/actor.py``). The terminal keeps the sweep's own lines: the caller writes them
+to ``terminal_out`` and ``terminal_err``, where stdout and stderr went before, and puts
+its own handler for autotune's warnings there. Everything autotune logs goes to the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from autotune.cache.url import local_directory
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.1  # how often -v copies new lines of the log to the terminal
+
+
+class LogUnavailable(Exception):
+    """The log file cannot be created where it was asked for."""
+
+
+def default_log_path(cache_url: str | None) -> Path:
+    """One new file per sweep: beside the SQLite cache file, in ``logs/``, else (a server
+    database) under $XDG_CACHE_HOME/autotune/logs."""
+    return local_directory(cache_url) / "logs" / f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log"
+
+
+def _open_log(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as error:
+        raise LogUnavailable(f"cannot write the sweep's log {path}: {error.strerror}; "
+                             "pass --log PATH (or set AUTOTUNE_LOG) to a writable file") from None
+
+
+class _Tail:
+    """Copies each new line of the log to ``echo`` as it is written (``-v``)."""
+
+    def __init__(self, path: Path, echo: Callable[[str], None]) -> None:
+        self.file = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by stop()
+        self.file.seek(0, os.SEEK_END)
+        self.echo = echo
+        self.partial = ""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="autotune-log-tail", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(_POLL_S):
+            self._copy()
+
+    def _copy(self) -> None:
+        text = self.partial + self.file.read()
+        *lines, self.partial = text.split("\n")
+        for line in lines:
+            self.echo(line)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self._copy()
+        if self.partial:
+            self.echo(self.partial)
+        self.file.close()
+
+
+def _terminal(stream: IO[str], fd: int, saved: int) -> IO[str]:
+    """A stream to where ``stream`` writes now: over ``saved`` (a copy of descriptor ``fd``)
+    if ``stream`` writes to ``fd``, else ``stream`` itself (a test runner's buffer)."""
+    stream.flush()
+    try:
+        own = stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        own = False
+    if not own:
+        return stream
+    return open(saved, "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",  # noqa: SIM115
+                errors="replace", closefd=False)
+
+
+class SweepLog:
+    """Inside: stdout, stderr and autotune's log records go to ``path``; ``terminal_out``
+    and ``terminal_err`` write where stdout and stderr went before."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.terminal_out: IO[str] = sys.stdout
+        self.terminal_err: IO[str] = sys.stderr
+        self._saved: list[int] = []  # copies of descriptors 1 and 2, put back at the end
+        self._streams: tuple[IO[str], IO[str]] = (sys.stdout, sys.stderr)
+        self._handler: logging.Handler | None = None
+        self._level = logging.NOTSET
+        self._tail: _Tail | None = None
+
+    def __enter__(self) -> SweepLog:
+        fd = _open_log(self.path)
+        self._streams = (sys.stdout, sys.stderr)
+        self._saved = [os.dup(1), os.dup(2)]
+        self.terminal_out = _terminal(sys.stdout, 1, self._saved[0])
+        self.terminal_err = _terminal(sys.stderr, 2, self._saved[1])
+        for target in (1, 2):
+            os.dup2(fd, target)
+        os.close(fd)
+        # Python-level writes (warnings, print, torch's handlers) go to the descriptors, even
+        # where sys.stdout was a test runner's buffer. Never closed: a handler made meanwhile
+        # may hold one, and write to the terminal again afterwards.
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        self._log_autotune()
+        sys.stderr.write(f"autotune sweep log, {datetime.now():%Y-%m-%d %H:%M:%S}: {' '.join(sys.argv)}\n")
+        return self
+
+    def tail(self, echo: Callable[[str], None]) -> None:
+        """From now on, hand each line written to the log to ``echo`` as it comes (``-v``)."""
+        if self._tail is None:
+            self._tail = _Tail(self.path, echo)
+
+    def _log_autotune(self) -> None:
+        """Everything autotune logs at INFO and above goes to the file too."""
+        logger = logging.getLogger("autotune")
+        self._handler = logging.StreamHandler(sys.stderr)
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._level = logger.level
+        logger.addHandler(self._handler)
+        logger.setLevel(logging.INFO)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        logger = logging.getLogger("autotune")
+        if self._handler is not None:
+            logger.removeHandler(self._handler)
+            logger.setLevel(self._level)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self._tail is not None:
+            self._tail.stop()
+        for stream, original in zip((self.terminal_out, self.terminal_err), self._streams):
+            stream.flush()
+            if stream is not original:
+                stream.close()  # the copy only: its descriptor is closed below
+        sys.stdout, sys.stderr = self._streams
+        for target, saved in zip((1, 2), self._saved):
+            os.dup2(saved, target)
+            os.close(saved)
+        self.terminal_out, self.terminal_err = self._streams
