@@ -555,6 +555,7 @@ def export_(ctx: click.Context, file: str) -> None:
     try:
         with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
             report = store.export_jsonl(fp)
+            fp.flush()  # stdout is kept open: a closed pipe shows here, not at exit
     except BrokenPipeError:  # `export - | head`: the reader had enough, no bad path
         _closed_pipe()
     except OSError as error:
@@ -737,7 +738,10 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
-    report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
+    try:
+        report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
+    except CacheError as error:  # found before any work: the cache given cannot be reached or written
+        fail(str(error))
     if as_json:
         click.echo(json.dumps({**report.to_json(), "log": str(log_file)}, indent=2))
     else:
@@ -755,13 +759,13 @@ def _run_sweep(options: Any, settings: Settings, *, verbose: bool, quiet: bool) 
     import logging
 
     from autotune.sweep import run_sweep
-    from autotune.sweep_log import SweepLog, default_log_path
+    from autotune.sweep_log import SweepLog, log_paths
     from autotune.sweep_view import SweepProgress, WarningsToConsole, append_requests
 
-    path = Path(settings.log) if settings.log else default_log_path(settings.cache)
-    settings = settings.replace(log=str(path))  # the actors and their children write there too
     autotune_log = logging.getLogger("autotune")
-    with SweepLog(path) as sweep_log:
+    with SweepLog(log_paths(settings.log, settings.cache)) as sweep_log:
+        path = sweep_log.path
+        settings = settings.replace(log=str(path))  # the actors and their children write there too
         console = Console(file=sweep_log.terminal_err, highlight=False, soft_wrap=True)
         warnings = WarningsToConsole(console)
         autotune_log.addHandler(warnings)

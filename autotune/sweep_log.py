@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from autotune.cache.url import local_directory
+from autotune.cache.url import default_cache_path, local_directory
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +35,29 @@ class LogUnavailable(Exception):
     """The log file cannot be created where it was asked for."""
 
 
-def default_log_path(cache_url: str | None) -> Path:
-    """One new file per sweep: beside the SQLite cache file, in ``logs/``, else (a server
-    database) under $XDG_CACHE_HOME/autotune/logs."""
-    return local_directory(cache_url) / "logs" / f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log"
+def log_paths(log: str | None, cache_url: str | None) -> list[Path]:
+    """Where the sweep's log may go, in order: ``log`` if given (only there), else a new file
+    in ``logs/`` beside the SQLite cache file, or (a server database; a full or read-only
+    disk there) under $XDG_CACHE_HOME/autotune/logs, or the temporary directory."""
+    if log:
+        return [Path(log)]
+    name = f"sweep-{datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log"
+    folders = [local_directory(cache_url) / "logs", default_cache_path().parent / "logs",
+               Path(tempfile.gettempdir()) / "autotune-logs"]
+    return [folder / name for folder in dict.fromkeys(folders)]
 
 
-def _open_log(path: Path) -> int:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except OSError as error:
-        raise LogUnavailable(f"cannot write the sweep's log {path}: {error.strerror}; "
-                             "pass --log PATH (or set AUTOTUNE_LOG) to a writable file") from None
+def _open_log(paths: list[Path]) -> tuple[Path, int]:
+    """The first of ``paths`` that can be written, and its descriptor."""
+    problems = []
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as error:
+            problems.append(f"{path}: {error.strerror}")
+    raise LogUnavailable(f"cannot write the sweep's log ({'; '.join(problems)}); "
+                         "pass --log PATH (or set AUTOTUNE_LOG) to a writable file")
 
 
 class _Tail:
@@ -98,8 +109,9 @@ class SweepLog:
     """Inside: stdout, stderr and autotune's log records go to ``path``; ``terminal_out``
     and ``terminal_err`` write where stdout and stderr went before."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths  # log_paths(): the first that can be written is used
+        self.path = paths[0]
         self.terminal_out: IO[str] = sys.stdout
         self.terminal_err: IO[str] = sys.stderr
         self._saved: list[int] = []  # copies of descriptors 1 and 2, put back at the end
@@ -109,7 +121,7 @@ class SweepLog:
         self._tail: _Tail | None = None
 
     def __enter__(self) -> SweepLog:
-        fd = _open_log(self.path)
+        self.path, fd = _open_log(self.paths)
         self._streams = (sys.stdout, sys.stderr)
         self._saved = [os.dup(1), os.dup(2)]
         self.terminal_out = _terminal(sys.stdout, 1, self._saved[0])
