@@ -15,10 +15,10 @@ import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
@@ -78,7 +78,7 @@ def _as_failure(error: Exception) -> Failure | None:
     """The one line an error of ours, or a usage error of click's, becomes (None: a bug)."""
     if isinstance(error, click.UsageError) and not isinstance(error, click.exceptions.NoArgsIsHelpError):
         where = error.ctx.command_path if error.ctx is not None else "autotune"
-        return Failure(f"{error.format_message()} (see `{where} --help`)")
+        return Failure(f"{error.format_message().rstrip('.')} (see `{where} --help`)")
     if isinstance(error, _BAD_INPUT_ERRORS):
         return Failure(str(error))
     if isinstance(error, CacheError):  # the cache refused work (a write), or failed doing it

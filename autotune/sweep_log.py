@@ -13,6 +13,7 @@ its own handler for autotune's warnings there. Everything autotune logs goes to 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -48,14 +49,22 @@ def log_paths(log: str | None, cache_url: str | None) -> list[Path]:
 
 
 def _open_log(paths: list[Path]) -> tuple[Path, int]:
-    """The first of ``paths`` that can be written, and its descriptor."""
+    """The first of ``paths`` that takes its first line (a full disk creates the file, then
+    refuses the line), and its descriptor."""
+    header = f"autotune sweep log, {datetime.now():%Y-%m-%d %H:%M:%S}: {' '.join(sys.argv)}\n".encode()
     problems = []
     for path in paths:
+        fd = -1
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.write(fd, header)
+            return path, fd
         except OSError as error:
             problems.append(f"{path}: {error.strerror}")
+            if fd >= 0:
+                os.close(fd)
+                path.unlink(missing_ok=True)
     raise LogUnavailable(f"cannot write the sweep's log ({'; '.join(problems)}); "
                          "pass --log PATH (or set AUTOTUNE_LOG) to a writable file")
 
@@ -105,6 +114,28 @@ def _terminal(stream: IO[str], fd: int, saved: int) -> IO[str]:
                 errors="replace", closefd=False)
 
 
+class _LogStream(io.TextIOWrapper):
+    """sys.stdout or sys.stderr inside ``SweepLog``: written through to a descriptor (the log),
+    and what a full disk refuses is dropped, not raised into the code that printed it. Never
+    closed: a handler made meanwhile may hold one, and write to the terminal again after."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="replace",  # type: ignore[arg-type]
+                         line_buffering=True, write_through=True)
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError:
+            pass
+
+
 class SweepLog:
     """Inside: stdout, stderr and autotune's log records go to ``path``; ``terminal_out``
     and ``terminal_err`` write where stdout and stderr went before."""
@@ -124,18 +155,20 @@ class SweepLog:
         self.path, fd = _open_log(self.paths)
         self._streams = (sys.stdout, sys.stderr)
         self._saved = [os.dup(1), os.dup(2)]
-        self.terminal_out = _terminal(sys.stdout, 1, self._saved[0])
-        self.terminal_err = _terminal(sys.stderr, 2, self._saved[1])
-        for target in (1, 2):
-            os.dup2(fd, target)
-        os.close(fd)
-        # Python-level writes (warnings, print, torch's handlers) go to the descriptors, even
-        # where sys.stdout was a test runner's buffer. Never closed: a handler made meanwhile
-        # may hold one, and write to the terminal again afterwards.
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        self._log_autotune()
-        sys.stderr.write(f"autotune sweep log, {datetime.now():%Y-%m-%d %H:%M:%S}: {' '.join(sys.argv)}\n")
+        try:
+            self.terminal_out = _terminal(sys.stdout, 1, self._saved[0])
+            self.terminal_err = _terminal(sys.stderr, 2, self._saved[1])
+            for target in (1, 2):
+                os.dup2(fd, target)
+            # Python-level writes (warnings, print, torch's handlers) go to the descriptors,
+            # even where sys.stdout was a test runner's buffer.
+            sys.stdout, sys.stderr = _LogStream(1), _LogStream(2)
+            self._log_autotune()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        finally:
+            os.close(fd)
         return self
 
     def tail(self, echo: Callable[[str], None]) -> None:

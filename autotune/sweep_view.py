@@ -82,16 +82,20 @@ class SweepProgress:
 
 
 class WarningsToConsole(logging.Handler):
-    """autotune's own warnings, one line each, on the console (above a live display)."""
+    """autotune's own warnings, one line each, on the console (above a live display); one
+    said again (a lease's heartbeat every few seconds) is in the log only."""
 
     def __init__(self, console: Console) -> None:
         super().__init__(logging.WARNING)
         self.console = console
+        self.said: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage().strip().splitlines()
-        self.console.print(Text(f"{record.levelname.lower()}: {message[0] if message else ''}"),
-                           soft_wrap=True, highlight=False)
+        lines = record.getMessage().strip().splitlines()
+        line = f"{record.levelname.lower()}: {lines[0] if lines else ''}"
+        if line not in self.said:
+            self.said.add(line)
+            self.console.print(Text(line), soft_wrap=True, highlight=False)
 
 
 # ------------------------------------------------------------------ the summary
