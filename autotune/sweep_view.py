@@ -37,14 +37,12 @@ class SweepProgress:
     nothing on a file or a pipe (a job's log gets the summary, and the phases are in the log)."""
 
     def __init__(self, console: Console) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.console = console
         self.live = console.is_terminal
-        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[failed]}"), TimeElapsedColumn(), TextColumn("left"),
-                            TimeRemainingColumn(), console=console, transient=True)
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), _counts_column(),
+                            TimeElapsedColumn(), console=console, transient=True)
         self.task: Any = None
         self.failed = 0
 
@@ -79,6 +77,25 @@ class SweepProgress:
         if self.task is not None:
             self.bar.stop()
             self.task = None
+
+
+def _counts_column() -> Any:
+    """"3/40, 1 failed, ~0:04:10 left" for a phase of known length; nothing for the others."""
+    from rich.progress import ProgressColumn, Task
+
+    class Counts(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            if task.total is None:
+                return Text("")
+            parts = [f"{task.completed:.0f}/{task.total:.0f}"]
+            if task.fields.get("failed"):
+                parts.append(task.fields["failed"])
+            if task.time_remaining is not None and task.completed:
+                minutes, seconds = divmod(int(task.time_remaining), 60)
+                parts.append(f"~{minutes // 60}:{minutes % 60:02d}:{seconds:02d} left")
+            return Text(", ".join(parts))
+
+    return Counts()
 
 
 class WarningsToConsole(logging.Handler):
