@@ -1,28 +1,34 @@
 """The `autotune` command line.
 
 Thin on purpose: each command parses its options, calls one library function
-and prints the outcome with rich. Errors become one line on stderr
-(`Error: ...`), never a traceback; exit status 2 for bad input (every command),
-1 for work that failed.
+and prints the outcome with rich. Options that several commands take are
+declared once and shared as decorators (``_cache_option``, ``_json_option``,
+``_signing_key_option``), as sqlite-utils shares its own. Every error leaves
+through one path, ``Failure``: one line on stderr (`Error: ...`), never a
+traceback; exit status 2 for bad input (every command), 1 for work that failed.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
 from autotune.inductor_glue.modelfile import ModelFileError
-from autotune.plan import shape_summary
+from autotune.plan import fmt_ms as _fmt_ms, fmt_speedup as _fmt_speedup, shape_summary
 from autotune.settings import ON_MISS, Settings, SettingsError
+from autotune.sweep_log import LogUnavailable
 from autotune.cache import (
     ARTIFACT_KINDS,
     ArtifactInfo,
@@ -35,10 +41,11 @@ from autotune.cache import (
     Store,
     TuningResult,
 )
+from autotune.cache.signing import KeyFileError
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
-    from autotune.sweep import Outcome, SweepReport
+    from autotune.sweep import SweepReport
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -48,23 +55,69 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 # flag, file, URL, database or schema: the message names the fix).
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-# Cache errors that mean "what you pointed me at is not usable as given".
-_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError)
+EXIT_CLOSED_PIPE = 141  # as a shell reports a command killed by SIGPIPE: `... | head` read enough
+# Errors that mean "what you pointed me at is not usable as given": their message names it and the fix.
+_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError, KeyFileError,
+                     ModelFileError, WorkerError, SettingsError, LogUnavailable)
 
 
-class _BadInput(click.ClickException):
-    exit_code = EXIT_BAD_INPUT
+class Failure(click.ClickException):
+    """How every command stops early: `Error: MESSAGE` on one line of stderr, and exit 2 for
+    bad input (the message names the problem and the fix) or 1 for work that failed."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(" ".join(line.strip() for line in message.strip().splitlines() if line.strip()))
+        self.exit_code = exit_code
+
+
+def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> NoReturn:
+    raise Failure(message, exit_code)
+
+
+def _as_failure(error: Exception) -> Failure | None:
+    """The one line an error of ours, or a usage error of click's, becomes (None: a bug)."""
+    if isinstance(error, click.UsageError) and not isinstance(error, click.exceptions.NoArgsIsHelpError):
+        where = error.ctx.command_path if error.ctx is not None else "autotune"
+        return Failure(f"{error.format_message().rstrip('.')} (see `{where} --help`)")
+    if isinstance(error, _BAD_INPUT_ERRORS):
+        return Failure(str(error))
+    if isinstance(error, CacheError):  # the cache refused work (a write), or failed doing it
+        return Failure(str(error), EXIT_FAILED)
+    return None
+
+
+def _closed_pipe() -> NoReturn:
+    """The reader of stdout went away (`... | head`): stop quietly, and keep Python's own
+    flush at exit from failing on the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a descriptor (a test runner's buffer)
+        pass
+    raise SystemExit(EXIT_CLOSED_PIPE)
 
 
 class _Group(click.Group):
-    """A group that turns CacheError into click's one-line `Error: ...` (exit 2 for bad input, else 1)."""
+    """A group whose commands' errors leave as one line (``Failure``): click's usage errors,
+    the cache's, bad model files, key files, settings, a Ray that cannot be reached."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            raise _as_failure(error) or error from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except CacheError as error:
-            failure = click.ClickException(str(error))
-            failure.exit_code = EXIT_BAD_INPUT if isinstance(error, _BAD_INPUT_ERRORS) else EXIT_FAILED
+        except BrokenPipeError:
+            _closed_pipe()
+        except Failure:
+            raise
+        except Exception as error:
+            failure = _as_failure(error)
+            if failure is None:
+                raise
             raise failure from None
 
 
@@ -98,12 +151,17 @@ def _err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def _settings(ctx: click.Context, **flags: Any) -> Settings:
+    """The settings: these flags, --cache wherever it was given, then AUTOTUNE_*."""
+    return Settings.from_env(cache=(ctx.obj or {}).get("cache_url"), **flags)
+
+
 def _open(ctx: click.Context, *, read_only: bool) -> Store:
-    return Store((ctx.obj or {}).get("cache_url"), read_only=read_only)
+    return Store(_settings(ctx).cache, read_only=read_only)
 
 
 def _cache_option(func: Any) -> Any:
-    """--cache on the group and on each command (either position works)."""
+    """--cache, on a group and on each command (either position works); ``_settings`` reads it."""
 
     def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
         # The dict is shared with subcommand contexts, so the innermost --cache wins.
@@ -122,23 +180,22 @@ def _cache_option(func: Any) -> Any:
     )(func)
 
 
+def _json_option(func: Any) -> Any:
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(func)
+
+
+def _signing_key_option(what: str) -> Callable[[Any], Any]:
+    """--signing-key PATH: the private key that signs what the command publishes (``what``)."""
+    return click.option("--signing-key", metavar="PATH",
+                        help=f"Sign and publish {what} with this private key [default: $AUTOTUNE_SIGNING_KEY].")
+
+
 # ------------------------------------------------------------------ formatting
 
 
-def _fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f} ms"
-
-
-def _fmt_speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _winner_label(result: TuningResult, width: int = 44) -> str:
+def _winner_label(result: TuningResult) -> str:
     winner = result.winner
-    if winner is None:
-        return "-"
-    label = f"{winner.name} {winner.description}".strip()
-    return label if len(label) <= width else label[: width - 1] + "…"
+    return "-" if winner is None else f"{winner.name} {winner.description}".strip()
 
 
 def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
@@ -184,6 +241,57 @@ def _short_key(key: str, width: int = 40) -> str:
         return key
     head = (width - 1) // 2
     return f"{key[:head]}…{key[-(width - 1 - head):]}"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _short_device(name: str, width: int) -> str:
+    """A device name cut to ``width``: its vendor's name goes first ("NVIDIA H100 80GB HBM3")."""
+    if len(name) > width:
+        name = name.split(" ", 1)[-1] if name.split(" ", 1)[0] in ("NVIDIA", "AMD", "Intel(R)") else name
+    return _clip(name, width)
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A column of a listing: ``least``, the width it may be cut to (``cut``) so that a row
+    fits the terminal; None: never cut."""
+
+    header: str
+    right: bool = False
+    least: int | None = None
+    cut: Callable[[str, int], str] = _clip
+
+
+def _fit(columns: list[_Column], rows: list[list[str]], width: int) -> list[int]:
+    """Each column's width: its widest cell, less what the rows must lose to fit ``width``,
+    taken one character at a time from the column that has the most to spare."""
+    widths = [max([len(c.header)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
+    excess = sum(widths) + 2 * (len(columns) - 1) - width
+    while excess > 0:
+        spare = [(widths[i] - c.least, i) for i, c in enumerate(columns) if c.least is not None]
+        most, widest = max(spare, default=(0, -1))
+        if most <= 0:
+            break  # cut as far as they go: a narrower terminal wraps
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def _print_listing(columns: list[_Column], rows: list[list[str]]) -> None:
+    """A header and a line per row, in columns cut to fit the terminal; whole into a pipe or a file."""
+    out = _out()
+    widths = _fit(columns, rows, out.width if out.is_terminal else sys.maxsize)
+
+    def line(cells: list[str]) -> str:
+        parts = [c.cut(cell, w) for c, cell, w in zip(columns, cells, widths)]
+        return "  ".join(p.rjust(w) if c.right else p.ljust(w) for c, p, w in zip(columns, parts, widths)).rstrip()
+
+    out.print(f"[bold]{escape(line([c.header for c in columns]))}[/bold]")
+    for row in rows:
+        out.print(escape(line(row)))
 
 
 def _artifact_summary(info: ArtifactInfo) -> dict[str, Any]:
@@ -248,7 +356,7 @@ def cache(ctx: click.Context) -> None:
 
 @cache.command()
 @_cache_option
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@_json_option
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Show row counts, schema revision and size of the cache.
@@ -285,7 +393,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.option("--kind", type=click.Choice(ARTIFACT_KINDS), help="With --artifacts: only this kind.")
 @click.option("--signer", metavar="FINGERPRINT",
               help="With --artifacts: only those signed by this key (`autotune keys show`), or 'unsigned'.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@_json_option
 @click.pass_context
 def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misses: bool, artifacts: bool,
        kind: str | None, signer: str | None, as_json: bool) -> None:
@@ -312,45 +420,38 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     if as_json:
         click.echo(json.dumps([_result_summary(i, r) for i, r in rows], indent=2))
         return
-    out = _out()
-    out.print(
-        f"[bold]{'id':>6}  {'request':<38}  {'device':<22}  {'winner':<44}  "
-        f"{'time':>11}  {'vs aten':>7}  status[/bold]"
-    )
-    for row_id, result in rows:
-        line = (
-            f"{row_id:>6}  {shape_summary(result.request):<38}  {result.env.device_name:<22}  "
-            f"{_winner_label(result):<44}  {_fmt_ms(result.winner.time_ms if result.winner else None):>11}  "
-            f"{_fmt_speedup(result.speedup_over_aten):>7}  {result.status}"
-        )
-        out.print(escape(line))
+    columns = [_Column("id", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
+               _Column("winner", least=10), _Column("time", right=True), _Column("vs aten", right=True),
+               _Column("status")]
+    _print_listing(columns, [
+        [str(row_id), shape_summary(result.request), result.env.device_name, _winner_label(result),
+         _fmt_ms(result.winner.time_ms if result.winner else None), _fmt_speedup(result.speedup_over_aten),
+         result.status]
+        for row_id, result in rows])
     if not rows:
         _err().print("No cached requests match.")
 
 
 def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | None, signer: str | None) -> None:
     if misses and artifacts:
-        raise click.UsageError("give --misses or --artifacts, not both")
+        fail("give --misses or --artifacts, not both")
     if artifacts and op:
-        raise click.UsageError("--op filters requests; with --artifacts use --kind, --signer or --device")
+        fail("--op filters requests; with --artifacts use --kind, --signer or --device")
     if not artifacts and (kind or signer):
-        raise click.UsageError("--kind and --signer filter artifacts: add --artifacts")
+        fail("--kind and --signer filter artifacts: add --artifacts")
 
 
 def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([_artifact_summary(a) for a in found], indent=2))
         return
-    out = _out()
-    out.print(f"[bold]{'id':>6}  {'kind':<12}  {'key':<40}  {'size':>9}  {'signer':<16}  "
-              f"{'torch':<16}  {'device':<22}  {'age':>4}[/bold]")
-    for info in found:
-        line = (
-            f"{info.id:>6}  {info.kind:<12}  {_short_key(info.key):<40}  {_fmt_bytes(info.size):>9}  "
-            f"{info.signer or 'unsigned':<16}  {info.torch_version:<16}  {info.device:<22}  "
-            f"{_fmt_age(info.created_at):>4}"
-        )
-        out.print(escape(line))
+    columns = [_Column("id", right=True), _Column("kind"), _Column("key", least=16, cut=_short_key),
+               _Column("size", right=True), _Column("signer", least=8), _Column("torch", least=8),
+               _Column("device", least=10, cut=_short_device), _Column("age", right=True)]
+    _print_listing(columns, [
+        [str(info.id), info.kind, _short_key(info.key), _fmt_bytes(info.size), info.signer or "unsigned", info.torch_version,
+         info.device, _fmt_age(info.created_at)]
+        for info in found])
     if not found:
         _err().print("No cached artifacts match.")
 
@@ -367,14 +468,12 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
     if as_json:
         click.echo(json.dumps([_miss_summary(m) for m in found], indent=2))
         return
-    out = _out()
-    out.print(f"[bold]{'count':>6}  {'request':<38}  {'device':<22}  {'last seen':<19}  host[/bold]")
-    for miss in found:
-        line = (
-            f"{miss.count:>6}  {shape_summary(miss.request):<38}  {miss.env.device_name:<22}  "
-            f"{miss.last_seen:%Y-%m-%d %H:%M:%S}  {miss.host}"
-        )
-        out.print(escape(line))
+    columns = [_Column("count", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
+               _Column("last seen"), _Column("host", least=8)]
+    _print_listing(columns, [
+        [str(miss.count), shape_summary(miss.request), miss.env.device_name, f"{miss.last_seen:%Y-%m-%d %H:%M:%S}",
+         miss.host]
+        for miss in found])
     if not found:
         _err().print("No logged misses match.")
 
@@ -395,7 +494,7 @@ def show(ctx: click.Context, request_id: int, as_json: bool) -> None:
     """
     result = _open(ctx, read_only=True).get(request_id)
     if result is None:
-        raise _BadInput(f"no cached request with id {request_id}; see `autotune cache ls`")
+        fail(f"no cached request with id {request_id}; see `autotune cache ls`")
     if as_json:
         click.echo(json.dumps({"id": request_id, **result.to_json()}, indent=2))
         return
@@ -456,8 +555,11 @@ def export_(ctx: click.Context, file: str) -> None:
     try:
         with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
             report = store.export_jsonl(fp)
+            fp.flush()  # stdout is kept open: a closed pipe shows here, not at exit
+    except BrokenPipeError:  # `export - | head`: the reader had enough, no bad path
+        _closed_pipe()
     except OSError as error:
-        raise _BadInput(f"cannot write {file}: {error.strerror}; choose a writable path") from None
+        fail(f"cannot write {file}: {error.strerror}; choose a writable path")
     configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
     _err().print(f"Exported {report.results} results{configs} and {report.artifacts} artifacts "
                  f"to {escape('stdout' if file == '-' else file)}")
@@ -485,9 +587,12 @@ def import_(ctx: click.Context, file: str) -> None:
         with click.open_file(file, "r", encoding="utf-8") as fp:
             report = store.import_jsonl(fp)
     except ImportValidationError as error:
-        raise _BadInput(f"{file}: {error}; nothing was imported") from None
+        fail(f"{file}: {error}; nothing was imported")
+    except UnicodeDecodeError as error:
+        fail(f"{file}: not text (byte {error.start} is not UTF-8), so not a file `autotune cache export` "
+             "wrote; nothing was imported")
     except OSError as error:
-        raise _BadInput(f"cannot read {file}: {error.strerror}") from None
+        fail(f"cannot read {file}: {error.strerror}")
     configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
     _out().print(f"Imported {report.imported} results ({report.unchanged} unchanged){configs} and "
                  f"{report.artifacts} artifacts ({report.artifacts_skipped} already stored) from {escape(file)}")
@@ -518,7 +623,7 @@ def prune(
         autotune cache prune --device a100 --older-than 30d
     """
     if not (torch_version or device or older_than):
-        raise click.UsageError("give at least one of --torch-version, --device or --older-than")
+        fail("give at least one of --torch-version, --device or --older-than")
     store = _open(ctx, read_only=dry_run)
     filters: dict[str, Any] = {"torch_version": torch_version, "device": device, "older_than": older_than}
     # Artifacts first: prune() removes matching artifacts too, so counted after it they would read 0.
@@ -550,17 +655,7 @@ def upgrade(ctx: click.Context) -> None:
         _out().print(f"Cache schema upgraded from {before or 'empty'} to {after} ({escape(store.masked_url)})")
 
 
-# --- sweep / run commands are added below by the coordinator ---
-
-
 # ------------------------------------------------------------------ sweep / run
-
-
-def _settings(**flags: Any) -> Settings:
-    try:
-        return Settings.from_env(**flags)
-    except SettingsError as error:
-        raise click.UsageError(str(error)) from None
 
 
 def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
@@ -569,108 +664,16 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
     try:
         sizes = tuple(int(part) for part in value.split(",") if part.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 1,8,32") from None
+        fail(f"--batch-sizes {value!r} is not a comma-separated list of integers, e.g. 1,8,32")
     if not sizes or any(size < 1 for size in sizes):
-        raise click.BadParameter(f"{value!r}: batch sizes must be positive integers")
+        fail(f"--batch-sizes {value!r}: batch sizes must be positive integers")
     return sizes
-
-
-class _RichProgress:
-    """Sweep progress on stderr: a bar with ETA, one line per finished request."""
-
-    def __init__(self, console: Console) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.console = console
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-                            transient=True)
-        self.task: Any = None
-
-    def stage(self, message: str) -> None:
-        self.console.print(f"[dim]{escape(message)}[/dim]")
-
-    def start(self, total: int, description: str) -> None:
-        self.bar.start()
-        self.task = self.bar.add_task(description, total=total)
-
-    def advance(self, outcome: Outcome) -> None:
-        mark = "[green]ok[/green]" if outcome.status == "ok" else f"[red]{outcome.status}[/red]"
-        self.bar.console.print(f"  {mark} {escape(shape_summary(outcome.request))}")
-        self.bar.advance(self.task)
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.bar.stop()
-
-
-def _winner_config(outcome: Outcome) -> str:
-    winner = outcome.result.winner if outcome.result else None
-    if winner is None:
-        return "" if outcome.result is None else escape((outcome.result.error or "")[:60])
-    keys = ("tile_shape", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
-    shown = ", ".join(f"{k}={winner.params[k]}" for k in keys if k in winner.params)
-    return escape(f"{winner.name} {shown}".strip())
-
-
-def _print_sweep(report: SweepReport, console: Console) -> None:
-    from rich.table import Table
-
-    device = report.env.device_name if report.env else report.device
-    table = Table(title=escape(f"sweep {report.sweep_id} on {device}"))
-    for column in ("request", "winner", "time", "vs ATen", "status"):
-        table.add_column(column, justify="right" if column in ("time", "vs ATen") else "left")
-    for outcome in report.outcomes:
-        result = outcome.result
-        winner = result.winner if result else None
-        table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
-                      _fmt_ms(winner.time_ms if winner else None),
-                      _fmt_speedup(result.speedup_over_aten if result else None),
-                      outcome.status if outcome.stored else f"{outcome.status}, not stored")
-    console.print(table)
-    verb = "planned" if report.dry_run else "tuned"
-    planned = report.count("planned")
-    elsewhere = f", {report.elsewhere} tuned by another sweep" if report.elsewhere else ""
-    console.print(
-        f"requests: {report.found} found, {report.cached} cached, "
-        f"{planned if report.dry_run else report.tuned} {verb}{elsewhere}, {report.failed} failed "
-        f"in {report.wall_seconds:.1f} s (capture {report.capture_seconds:.1f} s)"
-    )
-    if len(report.models) > 1:
-        per_model = ", ".join(f"{escape(Path(m.path).name)} {m.requests}" for m in report.models)
-        console.print(f"models: {per_model}: {report.captured} requests, {report.found} after de-duplication")
-    if report.store_error is not None:
-        console.print(f"stored {report.stored}, not stored {report.not_stored}, not run {report.not_run}: "
-                      "the sweep stopped at the first result the cache refused")
-    if report.pointwise is not None:
-        pointwise = report.pointwise
-        failed = f"; failed: {pointwise.error}" if pointwise.error else ""
-        artifacts = (f", {pointwise.artifacts_published} signed artifacts published"
-                     if pointwise.artifacts_published else "")
-        refused = f" (Dynamo could not package the model: {pointwise.packages_refused})" \
-            if pointwise.packages_refused else ""
-        decided = pointwise.fusion_verdicts_saved + pointwise.pad_decisions_saved
-        verdicts = (f", {pointwise.fusion_verdicts_saved} fusion and {pointwise.pad_decisions_saved} padding "
-                    "verdicts" if decided else "")
-        console.print(escape(f"end-to-end compile: {pointwise.saved} pointwise/reduction configs{verdicts} stored"
-                             f"{artifacts}{refused} in {pointwise.seconds:.1f} s{failed}"))
-        if pointwise.verdicts:
-            console.print(escape(_verdict_line(pointwise.verdicts)))
-        if pointwise.gemm_misses:  # the end-to-end check: a real compile of the model missed
-            console.print(escape(f"warning: compiling the model with the new cache still missed "
-                                 f"{pointwise.gemm_misses} GEMM/conv request(s); see `autotune cache ls --misses`"))
-
-
-def _verdict_line(verdicts: list[dict[str, Any]]) -> str:
-    changed = [v for v in verdicts if v.get("changed")]
-    line = f"timed in the graph: {len(verdicts)} GEMM/conv request(s), {len(changed)} winner(s) changed"
-    return line + "".join(f"; {v['request']}: {v['winner_before']} -> {v['winner_after']}" for v in changed)
 
 
 @main.command()
 @click.argument("models", nargs=-1, type=click.Path(dir_okay=False), metavar="[MODEL.py]...")
 @click.option("--entry", default="example", show_default=True, help="Function in MODEL that returns (module, inputs).")
-@click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
+@_cache_option
 @click.option("--mode", help="torch.compile mode to capture and tune with [default: max-autotune].")
 @click.option("--inductor-config", multiple=True, metavar="KEY=VALUE", help="Inductor config override (repeatable).")
 @click.option("--batch-sizes", metavar="N,N,...", help="Capture each of these batch sizes; with several, also the "
@@ -689,20 +692,29 @@ def _verdict_line(verdicts: list[dict[str, Any]]) -> str:
 @click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--misses", is_flag=True, help="Also tune every miss the hook logged for this machine.")
-@click.option("--signing-key", metavar="PATH", help="Sign and publish the compiled artifacts of the end-to-end "
-              "compile with this private key [default: $AUTOTUNE_SIGNING_KEY].")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str | None, inductor_config: tuple[str, ...],
+@_signing_key_option("the compiled artifacts of the end-to-end compile")
+@click.option("--log", "log_path", metavar="PATH", type=click.Path(dir_okay=False),
+              help="Write Inductor's, torch's, Ray's and the workers' output here [default: $AUTOTUNE_LOG, else a "
+              "new file per sweep in logs/ beside the SQLite cache, or in ~/.cache/autotune/logs].")
+@click.option("-v", "--verbose", is_flag=True, help="Also stream that log to the terminal as it is written.")
+@_json_option
+@click.pass_context
+def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | None, inductor_config: tuple[str, ...],
           batch_sizes: str | None, dynamic: bool, train: bool, device: str | None, address: str | None,
           workers: int | None, gpus: int | None, jobs_per_gpu: int | None, request_timeout: float | None,
-          force: bool, dry_run: bool, misses: bool, signing_key: str | None, as_json: bool) -> None:
+          force: bool, dry_run: bool, misses: bool, signing_key: str | None, log_path: str | None, verbose: bool,
+          as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
     Several models make one queue: the union of their requests is tuned once. Sweeps
     sharing a cache database lease each request, so none is tuned twice.
 
+    The terminal shows the sweep's phases and a summary; what Inductor, torch, Ray and
+    the workers print goes to a log file, whose path the summary ends with (-v streams it).
+
     Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input
-    (a bad model file, or a Ray cluster that cannot be joined).
+    (a bad model file, a cache that cannot be reached or written, no Ray, or a Ray cluster
+    that cannot be joined).
 
     \b
     Example:
@@ -714,58 +726,79 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
         autotune sweep --misses
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
     """
-    from autotune.sweep import SweepOptions, run_sweep
+    from autotune.sweep import SweepOptions
 
     if not models and not misses:
-        raise click.UsageError("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
-    settings = _settings(cache=cache_url, mode=mode, device=device, address=address, workers=workers,
-                         gpus=gpus, jobs_per_gpu=jobs_per_gpu, request_timeout=request_timeout,
-                         signing_key=signing_key)
+        fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
+    settings = _settings(ctx, mode=mode, device=device, address=address, workers=workers, gpus=gpus,
+                         jobs_per_gpu=jobs_per_gpu, request_timeout=request_timeout, signing_key=signing_key,
+                         log=log_path)
     _check_keys(settings)
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses)
-    report_out = sys.stdout
-    if as_json:
-        # Stdout carries the report alone. Ray's driver prints its raylets' errors there from a
-        # thread of its own (a node's death with its raylet's log dump, run 85), also at exit.
-        sys.stdout = sys.stderr
-    progress = _RichProgress(_err())
     try:
-        report = run_sweep(options, settings, progress)
-    except (ModelFileError, WorkerError) as error:
-        _err().print(f"Error: {escape(str(error))}")
-        raise SystemExit(2) from None
-    finally:
-        progress.stop()
+        report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
+    except CacheError as error:  # found before any work: the cache given cannot be reached or written
+        fail(str(error))
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2), file=report_out)
+        click.echo(json.dumps({**report.to_json(), "log": str(log_file)}, indent=2))
     else:
-        _print_sweep(report, _out())
+        from autotune.sweep_view import print_summary
+
+        print_summary(report, _out(), log_file)
     if report.store_error is not None:
-        _err().print(f"Error: {escape(report.store_error)}; the sweep stopped: a rerun tunes what is missing")
-    raise SystemExit(EXIT_FAILED if report.failed or report.store_error else 0)
+        fail(f"{report.store_error}; the sweep stopped: a rerun tunes what is missing", EXIT_FAILED)
+    raise SystemExit(EXIT_FAILED if report.failed else 0)
+
+
+def _run_sweep(options: Any, settings: Settings, *, verbose: bool, quiet: bool) -> tuple[SweepReport, Path]:
+    """Run the sweep with its libraries' output in its log file; the terminal shows its
+    progress (not with --json: stderr is for errors then) and autotune's own warnings."""
+    import logging
+
+    from autotune.sweep import run_sweep
+    from autotune.sweep_log import SweepLog, log_paths
+    from autotune.sweep_view import SweepProgress, WarningsToConsole, append_requests
+
+    autotune_log = logging.getLogger("autotune")
+    with SweepLog(log_paths(settings.log, settings.cache)) as sweep_log:
+        path = sweep_log.path
+        settings = settings.replace(log=str(path))  # the actors and their children write there too
+        console = Console(file=sweep_log.terminal_err, highlight=False, soft_wrap=True)
+        warnings = WarningsToConsole(console)
+        autotune_log.addHandler(warnings)
+        progress = SweepProgress(console)
+        if verbose:
+            sweep_log.tail(progress.echo)
+        try:
+            report = run_sweep(options, settings, None if quiet else progress)
+        finally:
+            progress.stop()
+            autotune_log.removeHandler(warnings)
+    append_requests(report, path)
+    return report, path
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--cache", "cache_url", metavar="URL", help="Cache database (default: $AUTOTUNE_CACHE or the SQLite file).")
+@_cache_option
 @click.option("--on-miss", type=click.Choice(ON_MISS), help="On a miss [default: tune].")
 @click.option("--write-back/--no-write-back", default=None, help="Store the results of misses [default: on].")
 @click.option("--read-only", is_flag=True, default=None, help="Never write to the cache.")
-@click.option("--signing-key", metavar="PATH", help="Sign and publish what this job compiles anew "
-              "[default: $AUTOTUNE_SIGNING_KEY].")
+@_signing_key_option("what this job compiles anew")
 @click.option("--trusted-key", "trusted_keys", multiple=True, metavar="PUB",
               help="Load artifacts signed by this public key (repeatable) [default: $AUTOTUNE_TRUSTED_KEYS].")
-def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str | None,
-        write_back: bool | None, read_only: bool | None, signing_key: str | None,
-        trusted_keys: tuple[str, ...]) -> None:
+@click.pass_context
+def run(ctx: click.Context, script: str, args: tuple[str, ...], on_miss: str | None, write_back: bool | None,
+        read_only: bool | None, signing_key: str | None, trusted_keys: tuple[str, ...]) -> None:
     """Run SCRIPT like `python SCRIPT ARGS` with the warm-start hook installed.
 
     Options come from flags or AUTOTUNE_* variables. One line of hook stats goes to
-    stderr at the end; the exit status is the script's.
+    stderr at the end; the exit status is the script's. With --on-miss error, a miss
+    stops the script with one line naming the request, and exit 2.
 
     \b
     Example:
@@ -773,26 +806,26 @@ def run(script: str, args: tuple[str, ...], cache_url: str | None, on_miss: str 
         AUTOTUNE_CACHE=postgresql://job@db/kernels autotune run --read-only serve.py
         AUTOTUNE_TRUSTED_KEYS=sweeper.pub autotune run train.py   # load signed artifacts
     """
+    from autotune.hook import CacheMissError
     from autotune.runner import run_script
 
-    settings = _settings(cache=cache_url, on_miss=on_miss, write_back=write_back, read_only=read_only or None,
+    settings = _settings(ctx, on_miss=on_miss, write_back=write_back, read_only=read_only or None,
                          signing_key=signing_key, trusted_keys=trusted_keys or None)
     _check_keys(settings)
-    code, stats = run_script(script, list(args), settings)
+    try:
+        code, stats = run_script(script, list(args), settings)
+    except CacheMissError as miss:  # raised out of torch's wrappers by run_script
+        fail(str(miss).removeprefix("autotune: "))
     click.echo(f"autotune: {stats}", err=True)
     raise SystemExit(code)
 
 
 def _check_keys(settings: Settings) -> None:
-    """Load the key files the settings name now: a bad one is one line and exit 2, before any work."""
+    """Load the key files the settings name now: a bad one is one line and exit 2, before any
+    work (KeyFileError), without importing torch."""
     from autotune.settings import load_keys
-    from autotune.cache.signing import KeyFileError
 
-    try:
-        load_keys(settings)
-    except KeyFileError as error:
-        _err().print(f"Error: {escape(str(error))}")
-        raise SystemExit(2) from None
+    load_keys(settings)
 
 
 # ------------------------------------------------------------------ keys
@@ -822,13 +855,9 @@ def keys_new(path: str, comment: str, force: bool) -> None:
         AUTOTUNE_SIGNING_KEY=~/.autotune/sweeper autotune sweep model.py
         AUTOTUNE_TRUSTED_KEYS=~/.autotune/sweeper.pub python train.py
     """
-    from autotune.cache.signing import KeyFileError, generate
+    from autotune.cache.signing import generate
 
-    try:
-        signer = generate(path, comment=comment, overwrite=force)
-    except KeyFileError as error:
-        _err().print(f"Error: {escape(str(error))}")
-        raise SystemExit(2) from None
+    signer = generate(path, comment=comment, overwrite=force)
     _out().print(f"Private key: {escape(path)} (mode 0600; keep it on the hosts that publish)")
     _out().print(f"Public key:  {escape(path)}.pub (fingerprint {signer.fingerprint}; "
                  "list it in AUTOTUNE_TRUSTED_KEYS on the hosts that load)")
@@ -843,16 +872,9 @@ def keys_show(path: str) -> None:
     Example:
         autotune keys show ~/.autotune/sweeper.pub
     """
-    from autotune.cache.signing import KeyFileError, fingerprint, load_public_key, load_signer
+    from autotune.cache.signing import fingerprint, load_public_key, load_signer
 
-    try:
-        if path.endswith(".pub"):
-            public = load_public_key(path)
-        else:
-            public = load_signer(path).public_key
-    except KeyFileError as error:
-        _err().print(f"Error: {escape(str(error))}")
-        raise SystemExit(2) from None
+    public = load_public_key(path) if path.endswith(".pub") else load_signer(path).public_key
     _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")
 
 

@@ -111,15 +111,21 @@ class HookStats:
     packages_refused: int = 0
     # The sweep's end-to-end pass only: each hit it timed in the graph's process (autotune/in_graph.py).
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    # Benchmarks of any kind since the hook was installed: Inductor's GEMM/conv, pointwise and
+    # coordinate-descent tuning, and the fusion and padding verdicts timed here. 0 when every
+    # answer came from the cache. Brought up to date by ``WarmStart.stats``.
+    benchmarks: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
-        return (f"hits={self.hits} misses={self.misses} written={self.written} errors={self.errors} "
-                f"configs_skipped={self.configs_skipped} kernel_configs={self.kernel_configs_loaded}"
-                f"/{self.kernel_configs_saved} artifacts={self.artifacts_loaded}/{self.artifacts_rejected}"
-                f"/{self.artifacts_published}")
+        """One line, each figure named: what ``autotune run`` prints at the end of a job."""
+        return (f"hits={self.hits} misses={self.misses} benchmarks={self.benchmarks} written={self.written} "
+                f"errors={self.errors} configs_skipped={self.configs_skipped} "
+                f"kernel_configs_loaded={self.kernel_configs_loaded} kernel_configs_saved={self.kernel_configs_saved} "
+                f"artifacts_loaded={self.artifacts_loaded} artifacts_rejected={self.artifacts_rejected} "
+                f"artifacts_published={self.artifacts_published}")
 
 
 def _import_store_modules() -> None:
@@ -521,7 +527,10 @@ class WarmStart:
                  signer: Signer | None = None) -> None:
         from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
 
+        from autotune.inductor_glue.inductor import benchmarks_run
+
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
+        self._benchmarks_before = benchmarks_run()  # the stats count this process's from here
         self._policy = policy
         self._selector = install(policy, lazy=True)  # built at the first lowering, if any
         gpu = _triton_device()
@@ -561,7 +570,13 @@ class WarmStart:
 
     @property
     def stats(self) -> HookStats:
-        return self._policy.stats
+        from autotune.inductor_glue.inductor import benchmarks_run
+
+        stats = self._policy.stats
+        if self.installed:
+            timed_here = stats.fusion_verdicts_saved + stats.pad_decisions_saved
+            stats.benchmarks = benchmarks_run() - self._benchmarks_before + timed_here
+        return stats
 
     @property
     def settings(self) -> Settings:

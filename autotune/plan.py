@@ -101,3 +101,13 @@ class PlanStream:
             return None
         self.seen[key] = request
         return CACHED if request.key in cached_keys and not self.force else TUNE
+
+
+def fmt_ms(value: float | None) -> str:
+    """A time as the sweep's summary and `autotune cache ls` print it."""
+    return "-" if value is None else f"{value:.4f} ms"
+
+
+def fmt_speedup(value: float | None) -> str:
+    """A speedup over ATen as the sweep's summary and `autotune cache ls` print it."""
+    return "-" if value is None else f"{value:.2f}x"

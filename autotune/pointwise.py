@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from autotune.inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
                                    marked_calls, session_variants, tune_only_shard)
@@ -390,19 +390,28 @@ class PointwisePass:
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.first = [PointwiseProcess(lane[0]) for lane in self.units]
 
-    def run(self, timeout: float) -> PointwiseReport:
-        """Run every lane side by side; never raises."""
+    @property
+    def size(self) -> int:
+        """How many processes the pass runs: a model each, or a share of one."""
+        return sum(len(lane) for lane in self.units)
+
+    def run(self, timeout: float, on_done: Callable[[str], None] | None = None) -> PointwiseReport:
+        """Run every lane side by side; ``on_done`` gets each process's model file as it ends
+        (the sweep's progress). Never raises."""
         import concurrent.futures
 
         started = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.units))) as pool:
-            lanes = list(pool.map(lambda i: self._run_lane(i, timeout), range(len(self.units))))
+            lanes = list(pool.map(lambda i: self._run_lane(i, timeout, on_done), range(len(self.units))))
         return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
 
-    def _run_lane(self, index: int, timeout: float) -> list[PointwiseReport]:
-        reports = [self.first[index].run(timeout)]
-        for spec in self.units[index][1:]:
-            reports.append(PointwiseProcess(spec).run(timeout))
+    def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None) -> list[PointwiseReport]:
+        reports = []
+        for position, spec in enumerate(self.units[index]):
+            process = self.first[index] if position == 0 else PointwiseProcess(spec)
+            reports.append(process.run(timeout))
+            if on_done is not None:
+                on_done(spec.model_path)
         return reports
 
     def close(self) -> None:

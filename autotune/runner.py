@@ -6,12 +6,17 @@ import runpy
 import sys
 from pathlib import Path
 
-from .hook import HookStats, warm_start
+from autotune.cache.errors import find_cause
+
+from .hook import CacheMissError, HookStats, warm_start
 from .settings import Settings
 
 
 def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, HookStats]:
-    """Run ``script`` in this process under warm_start; return (exit code, hook stats)."""
+    """Run ``script`` in this process under warm_start; return (exit code, hook stats).
+
+    A miss under ``on_miss="error"`` raises CacheMissError itself, out of the wrappers
+    torch puts around an error in a compile (its message is the line a user needs)."""
     path = Path(script)
     handle = warm_start(settings.cache, on_miss=settings.on_miss, write_back=settings.write_back,
                         read_only=settings.read_only, settings=settings)
@@ -25,6 +30,11 @@ def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, H
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
+    except Exception as exc:
+        miss = find_cause(exc, CacheMissError)
+        if miss is None:
+            raise
+        raise miss from None
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         stats = handle.stats

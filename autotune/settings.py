@@ -3,6 +3,8 @@
 Precedence: an explicit value (a CLI flag or a keyword argument) beats the
 environment, which beats the default. A malformed environment value fails
 loudly with the variable's name, like triton's knobs, rather than being ignored.
+This is the only reader of ``AUTOTUNE_*``: the layers below (cache, workers) are
+handed the values (``Store(settings.cache)``, the pool's ``fault``).
 """
 
 from __future__ import annotations
@@ -110,6 +112,13 @@ class Settings:
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True
+    # The sweep's log file: Inductor's, Dynamo's, torch's and Ray's output and the tuning
+    # processes' (None: one file per sweep beside the SQLite cache, else under
+    # $XDG_CACHE_HOME/autotune/logs; autotune/sweep_log.py).
+    log: str | None = None
+    # Tests of the failure path only: "crash:KEY", "hang:KEY" or "slow:SECONDS", handed down
+    # to the tuning processes (workers/faults.py says what each does).
+    fault_inject: str = ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -95,6 +95,7 @@ class Outcome:
     result: TuningResult | None = None
     node: str | None = None  # the Ray node that tuned it
     stored: bool = True  # False: tuned, but the cache refused to keep it
+    model: str | None = None  # the first model file whose capture found it (None: a logged miss)
 
     def to_json(self) -> dict[str, Any]:
         winner = self.result.winner if self.result else None
@@ -113,6 +114,7 @@ class Outcome:
             "tuning_seconds": self.result.provenance.tuning_seconds if self.result else None,
             "node": self.node,
             "stored": self.stored,
+            "model": self.model,
         }
 
 
@@ -186,6 +188,17 @@ class SweepReport:
         """Results written to the cache by this sweep."""
         return sum(1 for o in self.outcomes if o.stored and o.result is not None)
 
+    def refused(self) -> dict[str, int]:
+        """Candidates this sweep's workers could not time, by reason (out_of_resources,
+        compile_error, ...): data, counted, never printed one by one."""
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes:
+            for candidate in outcome.result.candidates if outcome.result else ():
+                if candidate.time_ms is None:
+                    reason = candidate.failure_kind or "benchmark_error"
+                    counts[reason] = counts.get(reason, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "sweep_id": self.sweep_id,
@@ -210,6 +223,7 @@ class SweepReport:
                 "startup_seconds": round(self.startup_seconds, 3),
                 "tuning_seconds": round(self.tuning_seconds, 3),
                 "wall_seconds": round(self.wall_seconds, 3),
+                "candidates_refused": self.refused(),
             },
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
@@ -220,20 +234,27 @@ class SweepReport:
 
 
 class Progress(Protocol):
-    def start(self, total: int, description: str) -> None: ...
-    def advance(self, outcome: Outcome) -> None: ...
-    def stage(self, message: str) -> None: ...
+    """What the sweep reports as it goes (the CLI shows it; autotune/sweep_view.py)."""
+
+    def stage(self, message: str) -> None:
+        """A phase begins: start-up, a model's capture, waiting for the workers."""
+
+    def start(self, total: int, description: str) -> None:
+        """A phase of ``total`` steps begins: the tuning, the end-to-end passes."""
+
+    def advance(self, done: Outcome | str) -> None:
+        """One step of it is done: a request's outcome, or the model whose pass ended."""
 
 
 class _Silent:
-    def start(self, total: int, description: str) -> None:
-        pass
-
-    def advance(self, outcome: Outcome) -> None:
-        pass
-
     def stage(self, message: str) -> None:
         log.info(message)
+
+    def start(self, total: int, description: str) -> None:
+        log.info("%s: %d to do", description, total)
+
+    def advance(self, done: Outcome | str) -> None:
+        pass
 
 
 def _device(settings: Settings) -> str:
@@ -298,7 +319,8 @@ def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs:
     # would time each other's compiles, so a CPU actor holds one job at a time.
     actors = settings.gpus if device == "cuda" else settings.workers
     lanes = settings.jobs_per_gpu if device == "cuda" else 1
-    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes, spares)
+    return PoolStarter(settings.address, store, device, actors, settings.request_timeout, began, jobs, lanes, spares,
+                       fault=settings.fault_inject, log_path=settings.log)
 
 
 def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs: dict[str, Any],
@@ -393,17 +415,15 @@ class _Dispatcher:
 class _Sweep:
     """One sweep's state: models, plan, queue, pool; ``run_sweep`` drives it."""
 
-    def __init__(self, options: SweepOptions, settings: Settings, progress: Progress,
+    def __init__(self, options: SweepOptions, settings: Settings, progress: Progress, store: Any,
                  spares: Spares | None = None) -> None:
-        from autotune.cache.store import Store
-
         self.options, self.settings, self.progress = options, settings, progress
         self.spares = spares
         self.started = time.perf_counter()
         self.device = _device(settings)
         self.report = SweepReport(sweep_id=uuid.uuid4().hex[:12], env=None, device=self.device,
                                   dry_run=options.dry_run)
-        self.store = Store(settings.cache, read_only=settings.read_only)
+        self.store = store
         self.plan = PlanStream(force=options.force)
         self.cached_keys: dict[str, set[str]] = {}
         self.kwargs = _capture_kwargs(options, settings, self.device)
@@ -413,6 +433,7 @@ class _Sweep:
         self.dispatcher: _Dispatcher | None = None
         self.pointwise: PointwisePass | None = None
         self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
+        self.found_in: dict[str, str] = {}  # request key -> the first model whose capture found it
 
     def mark(self, milestone: str) -> None:
         self.report.mark(milestone, time.perf_counter() - self.started)
@@ -424,7 +445,9 @@ class _Sweep:
         models = [_load(path, self.options, self.local) for path in self.options.model_paths]
         if not self.options.dry_run:
             from autotune.workers.cluster import check_address
+            from autotune.workers.pool import require_ray
 
+            require_ray()  # imported by now by Ray's early start, if that began
             check_address(self.settings.address)  # a wrong --address fails in seconds, before capture
         return models
 
@@ -454,7 +477,7 @@ class _Sweep:
             def found(request: TuningRequest, env: Environment | None, model: ModelFile = model,
                       entry: ModelCapture = entry) -> None:
                 overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
-                entry.new += self._found(request, env, overrides)
+                entry.new += self._found(request, env, overrides, entry.path)
 
             if self.local:
                 from autotune.inductor_glue.capture import capture_model
@@ -467,7 +490,7 @@ class _Sweep:
                                                     self.store)
                 self._store_pad_decisions(captured.pad_decisions, pad_env)
                 for request in captured.requests:
-                    entry.new += self._found(request, captured.env, captured.config_overrides)
+                    entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
             self.report.env = self.report.env or captured.env
             entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
                                                             captured.seconds)
@@ -490,9 +513,10 @@ class _Sweep:
             if target is not None:  # None: a CPU, where Inductor times no padding
                 self.store.put_kernel_configs(target, decisions)
 
-    def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any]) -> int:
-        """Plan one request as capture finds it: cached, queued (streamed to workers), or
-        planned (dry run). 1 if it is new to this sweep."""
+    def _found(self, request: TuningRequest, env: Environment | None, overrides: dict[str, Any],
+               model: str) -> int:
+        """Plan one request as capture finds it in ``model``: cached, queued (streamed to
+        workers), or planned (dry run). 1 if it is new to this sweep."""
         from autotune.workers.jobs import TuneJob
 
         env_key = env.key if env else ""
@@ -501,10 +525,11 @@ class _Sweep:
         decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
         if decision is None:
             return 0
+        self.found_in.setdefault(request.key, model)
         if decision == CACHED:
-            self.report.outcomes.append(Outcome(request, STATUS_CACHED))
+            self.report.outcomes.append(Outcome(request, STATUS_CACHED, model=model))
         elif self.queue is None:
-            self.report.outcomes.append(Outcome(request, "planned"))
+            self.report.outcomes.append(Outcome(request, "planned", model=model))
         else:
             self.mark("first_request_queued")
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
@@ -534,13 +559,14 @@ class _Sweep:
         assert self.dispatcher is not None and self.starter is not None
         where = f" at {self.settings.address}" if self.settings.address else " locally"
         lanes = f", {self.settings.jobs_per_gpu} at once per GPU" if self.device == "cuda" else ""
-        self.progress.stage(f"tuning {len(self.queue)} request(s) on Ray{where}{lanes}")
+        self.progress.stage(f"starting the workers for {len(self.queue)} request(s) on Ray{where}{lanes}")
         pool = self.starter.pool()  # waits for the start if it is still going; raises its WorkerError
         kind = "GPU" if self.device == "cuda" else "CPU"
-        self.progress.start(len(self.queue), f"tuning on {max(1, min(len(pool.slots), len(self.queue)))} "
-                                             f"{kind} worker(s)")
+        self.progress.start(len(self.queue), f"tuning {len(self.queue)} request(s) on "
+                                             f"{max(1, min(len(pool.slots), len(self.queue)))} {kind} worker(s)")
         for outcome in self.dispatcher.outcomes():
             self.mark("first_result")
+            outcome.model = self.found_in.get(outcome.request.key)
             self.report.outcomes.append(outcome)
             self.progress.advance(outcome)
         self.mark("last_result")
@@ -551,11 +577,13 @@ class _Sweep:
             self.report.mark(milestone, seconds)
         self.report.requeued = self.dispatcher.pool.requeued if self.dispatcher.pool else 0
         self.report.adopted = self.dispatcher.pool.adopted if self.dispatcher.pool else 0
-        self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE) for job in self.queue.elsewhere]
+        self.report.outcomes += [Outcome(job.request, STATUS_ELSEWHERE, model=self.found_in.get(job.request.key))
+                                 for job in self.queue.elsewhere]
         self.report.store_error = self.dispatcher.pool.store_error if self.dispatcher.pool else None
         if self.report.store_error is not None:
             # Stopped at the first result the cache refused: what was not started stays to do.
-            self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN) for job in self.queue.left()]
+            self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN, model=self.found_in.get(job.request.key))
+                                     for job in self.queue.left()]
 
     def close(self) -> None:
         if self.queue is not None:
@@ -570,12 +598,16 @@ class _Sweep:
 def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | None = None) -> SweepReport:
     """Capture every model, plan the union, tune the rest on Ray, store each result.
 
-    Raises on bad input (ModelFileError) and on a Ray that cannot be reached (WorkerError) only.
+    Raises on bad input only: a model file (ModelFileError), a Ray that is missing or cannot
+    be reached (WorkerError), a cache that cannot be reached or written (CacheError).
     """
+    progress = progress or _Silent()
+    progress.stage("starting up: the cache, the model files" + ("" if options.dry_run else ", Ray and its workers"))
+    store = _checked_store(options, settings)
     local_ray = _start_local_ray_soon(options, settings)
     spares = _start_spares(settings) if local_ray else None
     try:
-        sweep = _Sweep(options, settings, progress or _Silent(), spares)
+        sweep = _Sweep(options, settings, progress, store, spares)
     except BaseException:
         if local_ray:
             _undo_early_start(None, spares)
@@ -614,13 +646,27 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     if sweep.pointwise is not None:
         what = "tuning pointwise/reduction kernels" if sweep.device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
-        sweep.progress.stage(f"{what}{signed} (one compile and run with the new winners)")
+        sweep.progress.start(sweep.pointwise.size, f"end-to-end pass: {what}{signed}")
         sweep.mark("pointwise_go")
-        later = sweep.pointwise.run(settings.request_timeout)
+        later = sweep.pointwise.run(settings.request_timeout, on_done=sweep.progress.advance)
         sweep.mark("pointwise_done")
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
+
+
+def _checked_store(options: SweepOptions, settings: Settings) -> Any:
+    """The cache, reached and (unless this sweep writes nothing) shown to take writes, before
+    Ray starts or anything is loaded: a cache that is down or refuses writes is one line in
+    seconds (CacheError), not an error after the capture."""
+    from autotune.cache.store import Store
+
+    store = Store(settings.cache, read_only=settings.read_only)
+    if options.dry_run or settings.read_only:
+        store.connect()
+    else:
+        store.check_writable()
+    return store
 
 
 def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:

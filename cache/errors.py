@@ -6,12 +6,31 @@ fix, so the CLI can print it as is and a training job's log stays readable.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 def one_line(error: BaseException) -> str:
     """The first line of the driver's message (SQLAlchemy appends SQL and a URL)."""
     orig = getattr(error, "orig", None) or error
     lines = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(orig).__name__
+
+
+def find_cause(error: BaseException, kind: type[E]) -> E | None:
+    """``error`` or the first exception of type ``kind`` it wraps: what a compile raised
+    under torch's own wrappers (Dynamo's BackendCompilerFailed, Inductor's errors), which
+    chain the original as ``__cause__``, ``__context__`` or ``inner_exception``."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        inner = getattr(current, "inner_exception", None)
+        current = inner if isinstance(inner, BaseException) else (current.__cause__ or current.__context__)
+    return None
 
 
 class CacheError(Exception):

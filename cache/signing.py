@@ -110,7 +110,8 @@ def generate(path: str | os.PathLike[str], *, comment: str = "", overwrite: bool
     public_path = Path(f"{target}.pub")
     for existing in (target, public_path):
         if existing.exists() and not overwrite:
-            raise KeyFileError(f"{existing} already exists; choose another path or remove it first")
+            raise KeyFileError(f"{existing} already exists; choose another path, or replace the pair "
+                               "with `autotune keys new --force`")
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from autotune.cache.errors import CacheError, find_cause
 from autotune.cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
@@ -382,6 +383,8 @@ def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tupl
                 try:
                     _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck)
                 except Exception as exc:  # the model's own error, or one its graph hits in Inductor
+                    if (cache_error := find_cause(exc, CacheError)) is not None:
+                        raise cache_error from None  # the cache's own one line, not the model's fault
                     first = (str(exc).strip().splitlines() or [""])[0][:300]
                     sizes = ",".join(str(b or "") for b in session.sizes)
                     raise ModelFileError(

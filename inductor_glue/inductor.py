@@ -422,3 +422,16 @@ def benchmark_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"]["select_algorithm_autotune"])
+
+
+# Dynamo's timers around each real run of pointwise/reduction autotuning and of coordinate
+# descent (an early return, a config served from a cache, is not timed).
+_TIMED_TUNING = ("CachingAutotuner.benchmark_all_configs", "CachingAutotuner.coordinate_descent_tuning")
+
+
+def benchmarks_run() -> int:
+    """Benchmarks of any kind Inductor has run in this process: GEMM/conv autotuning, and
+    pointwise/reduction autotuning and coordinate descent, as benchmarks/compile_time.py counts them."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return benchmark_count() + sum(len(compilation_time_metrics.get(name, ())) for name in _TIMED_TUNING)

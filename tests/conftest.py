@@ -235,7 +235,19 @@ def _signed_tiny_cache(tmp_path_factory: pytest.TempPathFactory, signing_keys: d
                                   capture_output=True, text=True, timeout=600, cwd=REPO)
             assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
             assert "2 tuned" in proc.stdout and "signed artifacts published" in proc.stdout, proc.stdout
+            (directory / "sweep.stdout").write_text(proc.stdout)  # what its terminal showed (test_cli_sweep.py)
+            (directory / "sweep.stderr").write_text(proc.stderr)
     return path
+
+
+def env_without(module: str, directory: Path) -> dict[str, str]:
+    """The environment of a process in which ``import MODULE`` fails as it does where MODULE is
+    not installed (the lean install: no Ray, no psycopg): a package of that name, first on
+    PYTHONPATH, that raises the same ImportError."""
+    package = directory / "without" / module
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(f"raise ModuleNotFoundError({f'No module named {module!r}'!r}, name={module!r})\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(package.parent), os.environ.get("PYTHONPATH")]))}
 
 
 def dynamic_sweep(model: str, directory: Path) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import env_without
 from factories import make_env, make_request, make_result
 
 from autotune.cache import Artifact, Store
@@ -280,3 +284,63 @@ def test_bad_artifact_line_names_it_and_imports_nothing(tmp_path: Path, sqlite_u
     assert "nothing was imported" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     data = json.loads(cli("cache", "--cache", sqlite_url, "stats", "--json").stdout)
     assert (data["requests"], data["artifacts"]) == (0, 0)
+
+
+# ------------------------------------------------------------------ their mistakes: one line each
+
+
+def test_importing_a_binary_file_is_one_line_and_imports_nothing(tmp_path: Path, sqlite_url: str) -> None:
+    Store(sqlite_url).upgrade()
+    path = tmp_path / "cache.jsonl.gz"  # an export still gzipped
+    path.write_bytes(gzip.compress(b'{"format": "autotune-cache", "version": 1}\n'))
+    result = cli("cache", "--cache", sqlite_url, "import", str(path))
+    assert result.exit_code == 2 and result.stderr.startswith(f"Error: {path}: not text")
+    assert "autotune cache export" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_export_into_a_closed_pipe_stops_quietly(sqlite_url: str) -> None:
+    """`autotune cache export - | head`: the reader had enough; no "choose a writable path"."""
+    Store(sqlite_url).upgrade()
+    proc = subprocess.Popen([sys.executable, "-c", "from autotune.cli import main; main()", "cache", "--cache",
+                             sqlite_url, "export", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # gone before the first line, as `head` is once it has read enough
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) in (0, 141) and err == ""
+
+
+def test_keys_new_on_an_existing_path_names_force(tmp_path: Path) -> None:
+    path = str(tmp_path / "sweeper")
+    assert cli("keys", "new", path).exit_code == 0
+    again = cli("keys", "new", path)
+    assert again.exit_code == 2 and len(again.stderr.strip().splitlines()) == 1
+    assert again.stderr.startswith(f"Error: {path} already exists") and "--force" in again.stderr
+    assert cli("keys", "new", "--force", path).exit_code == 0
+
+
+def test_a_postgresql_url_without_psycopg_names_the_extra(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", "cache", "--cache",
+                           "postgresql://postgres@127.0.0.1/test", "stats"], capture_output=True, text=True,
+                          env=env_without("psycopg", tmp_path), timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'autotune[postgres]'" in lines[0], proc.stderr
+
+
+def test_a_usage_error_is_one_line_naming_the_help(sqlite_url: str) -> None:
+    result = cli("cache", "--cache", sqlite_url, "ls", "--limit", "many")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "'many' is not a valid integer" in result.stderr and "autotune cache ls --help" in result.stderr
+
+
+def test_ls_fits_an_80_column_terminal(populated: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long device name is cut, not run across the columns; into a pipe the lines stay whole."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: a terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "80")
+    header, *rows = [line.replace("\x1b[1m", "").replace("\x1b[0m", "")
+                     for line in cli("cache", "--cache", populated, "ls").stdout.splitlines()]
+    assert max(len(line) for line in [header, *rows]) <= 80 and len(rows) == 4
+    starts = [header.index(name) for name in ("device", "winner", "time")]
+    assert all(row[start - 2:start] == "  " for row in rows for start in starts[:2])  # the columns line up
+    assert any("A100-SXM4" in row for row in rows)  # the vendor's name goes first

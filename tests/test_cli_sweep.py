@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import env_without
 
 from autotune.cli import main
 
@@ -45,12 +48,16 @@ def test_bad_batch_sizes_are_a_usage_error() -> None:
 
 
 def test_dry_run_json_lists_the_plan_alone_on_stdout(sqlite_url: str) -> None:
-    # The entry prints as it builds; with --json that goes to stderr, as would Ray's own prints.
-    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--entry", "chatty", "--dry-run",
+    # The entry prints as it builds; that goes to the sweep's log, as Inductor's and Ray's output
+    # do, and -v streams the log to stderr as it is written.
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--entry", "chatty", "--dry-run", "-v",
                                        "--json", "--cache", sqlite_url, "--device", "cpu", "--batch-sizes", "4,8"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # the whole of stdout is the report
     assert "building the tiny MLP at batch 4" in result.stderr
+    log = Path(report["log"])  # beside the SQLite cache, one file per sweep
+    assert log.parent == Path(sqlite_url.removeprefix("sqlite:///")).parent / "logs"
+    assert "building the tiny MLP at batch 4" in log.read_text()
     # Each batch size's static graph, and the graph a job recompiles when its batch goes
     # from 4 to 8 (a dynamic batch with size hint 8; CPU freezing then uses mkldnn's linear).
     assert report["dry_run"] is True and report["totals"]["found"] == 6
@@ -60,7 +67,9 @@ def test_dry_run_json_lists_the_plan_alone_on_stdout(sqlite_url: str) -> None:
         "linear_unary 8x32", "linear_unary 8x64"}
 
 
-def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) -> None:
+def _autotune_run(tmp_path: Path, *args: str, then: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    """`autotune run ARGS train.py --epochs 3`, where train.py compiles the tiny MLP with
+    max-autotune, then runs ``then``."""
     script = tmp_path / "train.py"
     script.write_text(
         "import sys, torch\n"
@@ -68,20 +77,24 @@ def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) 
         "import tiny_mlp\n"
         "model, inputs = tiny_mlp.example()\n"
         "with torch.no_grad():\n"
-        "    torch.compile(model, mode='max-autotune')(*inputs)\n"
-        "print('args', sys.argv[1:])\n"
-        "sys.exit(3)\n"
+        "    torch.compile(model, mode='max-autotune')(*inputs)\n" + then
     )
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "AUTOTUNE_ON_MISS": "aten"}
-    proc = subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", "run", "--cache", sqlite_url,
-                           str(script), "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), **env}
+    return subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", "run", *args, str(script),
+                           "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) -> None:
+    proc = _autotune_run(tmp_path, "--cache", sqlite_url, then="print('args', sys.argv[1:])\nsys.exit(3)\n",
+                         AUTOTUNE_ON_MISS="aten")
     assert proc.returncode == 3, proc.stderr[-2000:]  # the script's own exit status
     assert "args ['--epochs', '3']" in proc.stdout
-    assert "autotune: hits=0 misses=2 written=0 errors=0" in proc.stderr  # on_miss came from the environment
+    # on_miss came from the environment; ATen was taken, nothing benchmarked; every figure named.
+    assert "autotune: hits=0 misses=2 benchmarks=0 written=0 errors=0" in proc.stderr
+    assert "artifacts_loaded=0 artifacts_rejected=0 artifacts_published=0" in proc.stderr
 
 
 def test_a_wrong_address_fails_in_seconds_with_one_line(sqlite_url: str) -> None:
-    import time
 
     began = time.monotonic()
     result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--address", "127.0.0.1:1",
@@ -90,3 +103,56 @@ def test_a_wrong_address_fails_in_seconds_with_one_line(sqlite_url: str) -> None
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "no Ray cluster at 127.0.0.1:1" in lines[0] and "ray start --head" in lines[0]
     assert time.monotonic() - began < 30
+
+
+def test_the_sweep_shows_its_summary_and_leaves_inductor_and_torch_to_its_log(_signed_tiny_cache: Path) -> None:
+    """The terminal of the session's signed CPU sweep (tests/conftest.py), without -v: the
+    summary, and none of Inductor's tables or torch's warnings, which are in its log."""
+    out = (_signed_tiny_cache.parent / "sweep.stdout").read_text()
+    err = (_signed_tiny_cache.parent / "sweep.stderr").read_text()
+    assert "tiny_mlp.py" in out and "2 found, 0 cached, 2 tuned, 0 failed" in out
+    for noise in ("AUTOTUNE", "Autotune Choices Stats", "Warning", "guard", "SingleProcess"):
+        assert noise not in out and noise not in err, noise
+    assert len((out + err).splitlines()) <= 25
+    log = Path(re.findall(r"^log: (.+)$", out, re.M)[-1])
+    assert log.parent == _signed_tiny_cache.parent / "logs"
+    text = log.read_text()
+    assert "AUTOTUNE packed_linear" in text and "Autotune Choices Stats" in text  # the tuning processes'
+    assert "packed_linear 8x32 @ 32x64 fp32" in text  # every request's row
+
+
+def test_an_unreachable_cache_fails_before_capture_in_seconds() -> None:
+    import ray
+
+    began = time.monotonic()
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--device", "cpu",
+                                       "--cache", "postgresql://postgres@127.0.0.1:1/kernels"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: cannot use cache database") and "127.0.0.1:1" in lines[0]
+    assert time.monotonic() - began < 15 and not ray.is_initialized()  # before Ray's start, let alone capture
+
+
+def test_a_cache_that_refuses_writes_fails_before_capture(readonly_postgres_url: tuple[str, str]) -> None:
+    _, reader = readonly_postgres_url
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--device", "cpu", "--cache", reader])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "may not write" in lines[0], result.output
+
+
+def test_without_ray_a_sweep_says_to_install_the_sweep_extra(tmp_path: Path, sqlite_url: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", "from autotune.cli import main; main()", "sweep",
+                           str(MODELS / "tiny_mlp.py"), "--device", "cpu", "--cache", sqlite_url],
+                          capture_output=True, text=True, env=env_without("ray", tmp_path), timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'autotune[sweep]'" in lines[0], proc.stderr
+
+
+def test_on_miss_error_stops_the_job_with_one_line_naming_the_request(sqlite_url: str, tmp_path: Path) -> None:
+    proc = _autotune_run(tmp_path, "--cache", sqlite_url, "--on-miss", "error")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: the cache has no result for packed_linear 8x32"), proc.stderr
+    assert "autotune sweep" in lines[0]

@@ -31,6 +31,8 @@ from autotune.cache.models import Base
 from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
 from autotune.cache.models import requests as requests_table
 from autotune.cache.schema import MIGRATIONS_DIR, head_revision
+from autotune.cache.url import local_directory
+from autotune.settings import Settings
 
 # ------------------------------------------------------------------ round trip
 
@@ -512,10 +514,14 @@ def test_resolve_cache_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_cache_url() == f"sqlite:///{tmp_path}/autotune/cache.db"
     assert resolve_cache_url(None) == default_cache_url()
+    # $AUTOTUNE_CACHE is the settings' to read (the only reader of AUTOTUNE_*), not the store's.
     monkeypatch.setenv("AUTOTUNE_CACHE", "postgresql://db/cache")
-    assert resolve_cache_url(None) == "postgresql+psycopg://db/cache"
-    assert resolve_cache_url("sqlite:///x.db") == "sqlite:///x.db"  # explicit wins
+    assert resolve_cache_url(None) == default_cache_url()
+    assert resolve_cache_url(Settings.from_env().cache) == "postgresql+psycopg://db/cache"
+    assert resolve_cache_url("sqlite:///x.db") == "sqlite:///x.db"
     assert resolve_cache_url(str(tmp_path / "a.db")) == f"sqlite:///{tmp_path}/a.db"
+    assert local_directory(str(tmp_path / "a.db")) == tmp_path
+    assert local_directory("postgresql://db/cache") == tmp_path / "autotune"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.delenv("AUTOTUNE_CACHE")
     assert default_cache_url() == f"sqlite:///{Path.home()}/.cache/autotune/cache.db"

@@ -129,16 +129,15 @@ def _tiny_cpu_jobs() -> list[TuneJob]:
     return [TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests]
 
 
-def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_actor_with_two_lanes_tunes_two_requests_at_once() -> None:
     """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
     comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""
     from autotune.workers.pool import ListSource, TuningPool
 
     stuck, free = _tiny_cpu_jobs()
-    monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
     # The stuck request's timeout is longer than this test waits: nothing here waits for it
     # (the next test times a request out).
-    pool = TuningPool(None, "cpu", actors=1, timeout=600.0, lanes=2)
+    pool = TuningPool(None, "cpu", actors=1, timeout=600.0, lanes=2, fault=f"hang:{stuck.request.key[:16]}")
     try:
         pool.warm()
         results = pool.run(ListSource([stuck, free]))
@@ -152,13 +151,12 @@ def test_an_actor_with_two_lanes_tunes_two_requests_at_once(monkeypatch: pytest.
     assert in_flight == [stuck.request.key]
 
 
-def test_a_request_that_hangs_past_its_timeout_is_failed_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_that_hangs_past_its_timeout_is_failed_with_the_reason() -> None:
     """The pool gives up on a request after its timeout and records it as failed, saying so."""
     from autotune.workers.pool import ListSource, TuningPool
 
     stuck = _tiny_cpu_jobs()[0]
-    monkeypatch.setenv(FAULT_ENV, f"hang:{stuck.request.key[:16]}")
-    pool = TuningPool(None, "cpu", actors=1, timeout=5.0, lanes=1)
+    pool = TuningPool(None, "cpu", actors=1, timeout=5.0, lanes=1, fault=f"hang:{stuck.request.key[:16]}")
     try:
         pool.warm()
         results = list(pool.run(ListSource([stuck])))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,13 +29,15 @@ class TuningWorker:
     """Tunes jobs (plain JSON) and stores each result at once."""
 
     def __init__(self, store: Any | None, device: str, timeout: float = 600.0, lanes: int = 1,
-                 spares: str | None = None) -> None:
+                 spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         from .child import ChildTuner
 
+        _log_to(log_path)  # first: the children started below inherit it
         self.store = store
         self.device = device
         self.timeout = timeout
         self.spares = spares  # a local sweep's spare children (spares.py), adopted by the lanes
+        self.fault = fault  # tests of the failure path (faults.py), handed to the child with each job
         # Each call takes a child that no other call holds, and gives it back.
         self.children: queue.SimpleQueue[ChildTuner] = queue.SimpleQueue()
         for _ in range(max(1, lanes)):
@@ -98,12 +101,14 @@ class TuningWorker:
         from autotune.cache.records import TuningResult
 
         from .child import ChildDied
+        from .faults import FAULT_KEY
         from .jobs import TuneJob, failed_result
 
         job = TuneJob.from_json(job_json)
+        message = {**job_json, FAULT_KEY: self.fault} if self.fault else job_json
         with self._child() as child:
             try:
-                result = TuningResult.from_json(child.tune(job_json))
+                result = TuningResult.from_json(child.tune(message))
             except ChildDied as died:
                 result = failed_result(job, str(died), died.kind, self.timeout)
         reply = result.to_json()
@@ -112,6 +117,26 @@ class TuningWorker:
             if error is not None:
                 reply[STORE_ERROR_KEY] = error
         return reply
+
+
+def _log_to(path: str | None) -> None:
+    """Send this actor's output, and its tuning children's (Inductor's tables, torch's
+    warnings), to the sweep's log file rather than Ray's worker logs. Only where that file's
+    directory exists: a node of a cluster without it keeps Ray's logs."""
+    import os
+
+    if not path or not os.path.isdir(os.path.dirname(path) or "."):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        log.debug("cannot open the sweep's log %s; keeping Ray's", path, exc_info=True)
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 # A reply carries this key when its result could not be stored; the pool stops then.

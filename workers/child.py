@@ -228,7 +228,7 @@ def _pin(visible_devices: str | None) -> bool:
 
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
-    from .faults import inject_fault
+    from .faults import FAULT_KEY, inject_fault
     from .jobs import TuneJob
     from .tune import tune_request
 
@@ -236,8 +236,9 @@ def _answer(message: dict[str, Any]) -> dict[str, Any]:
         pinned = _pin(message.get("visible_devices"))
         seconds = warm_up(str(message["warm"])) if pinned else 0.0
         return {"warm_seconds": seconds, "pinned": pinned}
+    fault = str(message.pop(FAULT_KEY, ""))
     job = TuneJob.from_json(message)
-    inject_fault(job.request.key)
+    inject_fault(fault, job.request.key)
     return tune_request(job).to_json()
 
 

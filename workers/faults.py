@@ -13,12 +13,13 @@ import time
 # die (os._exit) on the request whose key starts with KEY, "hang:KEY" makes it
 # sleep past any timeout, and "slow:SECONDS" delays every request by SECONDS (so
 # that a test's jobs outlast the spread between its actors' start-ups). Set in the
-# driver's environment; the pool passes it on.
+# driver's environment, read there by the settings (``fault_inject``), and handed
+# to the pool, its actors and their children with each job (``FAULT_KEY``).
 FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
+FAULT_KEY = "fault"  # the job message's field that carries it to the tuning child
 
 
-def inject_fault(request_key: str) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
+def inject_fault(spec: str, request_key: str) -> None:
     kind, _, target = spec.partition(":")
     if kind == "slow" and target:
         time.sleep(float(target))

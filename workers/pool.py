@@ -33,7 +33,6 @@ from autotune.cache.records import TuningResult
 from .actor import STORE_ERROR_KEY, TuningWorker, store_result
 from .cluster import check_address
 from .errors import WorkerError
-from .faults import FAULT_ENV
 from .jobs import TuneJob, failed_result
 
 log = logging.getLogger(__name__)
@@ -90,8 +89,18 @@ def undo_ray_started_soon() -> None:
     stop.set()
 
 
+def require_ray() -> None:
+    """Ray can be imported here, or one WorkerError line that says how to install it."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as exc:
+        raise WorkerError("Ray is not installed, and a sweep tunes on Ray: pip install 'autotune[sweep]' "
+                          "(--dry-run plans without it)") from exc
+
+
 def start_ray(address: str | None) -> bool:
     """Start or join Ray unless it is up; True when this call initialised it."""
+    require_ray()
     import ray
 
     early = _early_start
@@ -185,7 +194,7 @@ class TuningPool:
     """
 
     def __init__(self, store: Any | None, device: str, actors: int, timeout: float, lanes: int = 1,
-                 spares: str | None = None) -> None:
+                 spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         import ray
 
         if device == "cuda":
@@ -198,15 +207,13 @@ class TuningPool:
         # A threaded actor: its lanes' calls run at once, each in a child of its own.
         options: dict[str, Any] = {"max_restarts": -1, "max_task_retries": 0, "max_concurrency": lanes}
         options.update({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1})
-        # The fault-injection knob (tests) must reach the actor and its child.
-        if FAULT_ENV in os.environ:
-            options["runtime_env"] = {"env_vars": {FAULT_ENV: os.environ[FAULT_ENV]}}
         cls = ray.remote(TuningWorker).options(**options)
         self.device = device
         self.timeout = timeout
         self.store = store
         # The actor's child enforces the per-request timeout; the driver's is a backstop.
-        handles = [cls.remote(store, device, timeout, lanes, spares) for _ in range(actors)]
+        # fault: tests of the failure path (faults.py); log_path: the sweep's log file.
+        handles = [cls.remote(store, device, timeout, lanes, spares, fault, log_path) for _ in range(actors)]
         self.slots = [_Slot(actor) for actor in handles for _ in range(lanes)]  # a slot per lane
         self.placements: dict[str, str | None] = {}  # request key -> node id of the actor that tuned it
         self._attempts: dict[str, int] = {}
@@ -403,10 +410,12 @@ class PoolStarter:
 
     def __init__(self, address: str | None, store: Any | None, device: str, actors: int | None,
                  timeout: float, began: float | None = None, most: int | None = None, lanes: int = 1,
-                 spares: str | None = None) -> None:
+                 spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         # actors: None for one per GPU that Ray sees; most: the job count, where known;
-        # lanes: jobs per GPU actor at once; spares: the directory of spare children (spares.py).
+        # lanes: jobs per GPU actor at once; spares: the directory of spare children (spares.py);
+        # fault and log_path: as TuningPool's.
         self._args = (address, store, device, actors, most, timeout, lanes, spares)
+        self._actor_args = (fault, log_path)
         self._began = time.perf_counter() if began is None else began
         self._pool: TuningPool | None = None
         self._error: BaseException | None = None
@@ -428,7 +437,7 @@ class PoolStarter:
             wanted = actors or gpu_count()
             count = max(1, min(wanted, most or wanted))
             lanes = max(1, min(lanes, -(-most // count))) if most else lanes  # no lane left idle for sure
-            self._pool = TuningPool(store, device, count, timeout, lanes, spares)
+            self._pool = TuningPool(store, device, count, timeout, lanes, spares, *self._actor_args)
             self._pool.warm()
             self._mark("actors_requested")
         except BaseException as exc:  # handed to the caller's thread by pool()

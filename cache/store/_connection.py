@@ -230,6 +230,20 @@ class StoreBase:
         """Connect and check the schema now rather than at the first read or write."""
         self._ready()
 
+    @db_errors
+    def check_writable(self) -> None:
+        """Connect, check the schema and try a write that adds nothing, now: a writer (a sweep)
+        whose cache cannot be reached or written fails in seconds, before any work."""
+        self._require_writable()
+        engine = self._ready()
+        with engine.connect() as conn:
+            conn.execution_options(**{WRITE_OPT: True})
+            with conn.begin() as transaction:
+                self._guard_schema(conn)
+                # Inserts no row, but needs the write lock (SQLite) and the privilege (PostgreSQL).
+                conn.execute(text("INSERT INTO requests SELECT * FROM requests WHERE 1 = 0"))
+                transaction.rollback()
+
     def _ready(self) -> Engine:
         """The engine, with the schema version checked once per engine."""
         engine = self._engine()

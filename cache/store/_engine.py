@@ -43,6 +43,10 @@ def parse_url(url: str) -> URL:
     try:
         parsed.get_dialect().import_dbapi()  # a missing driver fails here, not mid-run
     except (exc.NoSuchModuleError, ImportError) as error:
+        if backend == "postgresql" and parsed.get_driver_name() == "psycopg":
+            raise CacheUnavailable(
+                f"psycopg is not installed, and {masked} needs it: pip install 'autotune[postgres]'"
+            ) from None
         raise CacheUnavailable(
             f"no database driver for {masked} ({one_line(error)}); "
             "use postgresql+psycopg:// (psycopg 3) or sqlite:///PATH"
