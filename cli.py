@@ -878,5 +878,5 @@ def keys_show(path: str) -> None:
     _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")
 
 
-if __name__ == "__main__":  # python -m cli, as the `autotune` script
+if __name__ == "__main__":  # python -m autotune.cli, as the `autotune` script
     main()

@@ -769,7 +769,7 @@ def tiny_mlp_requests(batch_sizes: str) -> int:
 
 
 def sweep_command(url: str, batch_sizes: str) -> list[str]:
-    return [sys.executable, "-m", "cli", "sweep", str(TINY), "--device", "cpu", "--batch-sizes", batch_sizes,
+    return [sys.executable, "-m", "autotune.cli", "sweep", str(TINY), "--device", "cpu", "--batch-sizes", batch_sizes,
             "--cache", url, "--json"]
 
 

@@ -80,7 +80,7 @@ def importers_into_fresh_postgres(rounds: int, per_round: int = 6) -> faults.Out
     failures, seconds = 0, []
     for _ in range(rounds):
         with pg_database() as url:
-            command = [sys.executable, "-m", "cli", "cache", "--cache", url, "import", str(work / "x.jsonl")]
+            command = [sys.executable, "-m", "autotune.cli", "cache", "--cache", url, "import", str(work / "x.jsonl")]
             began = time.perf_counter()
             procs = [subprocess.Popen(command, cwd=faults.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True) for _ in range(per_round)]
@@ -103,7 +103,7 @@ def sweep_on_full_disk() -> faults.Outcome:
         with faults.Store(f"sqlite:///{directory / 'c.db'}") as store:
             faults.fill(store)
         began = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "cli", "sweep", str(faults.REPO / "tests/models/tiny_mlp.py"),
+        done = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(faults.REPO / "tests/models/tiny_mlp.py"),
                                "--device", "cpu", "--batch-sizes", "4,8,16", "--cache", str(directory / "c.db"),
                                "--json"], cwd=faults.REPO, capture_output=True, text=True, timeout=600)
         seconds = time.perf_counter() - began

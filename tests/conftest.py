@@ -230,7 +230,7 @@ def _signed_tiny_cache(tmp_path_factory: pytest.TempPathFactory, signing_keys: d
     with _once_per_run(tmp_path_factory, "signed") as (directory, made):
         path = directory / "cache.db"
         if not made:
-            proc = subprocess.run([sys.executable, "-m", "cli", "sweep", TINY, "--device", "cpu",
+            proc = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", TINY, "--device", "cpu",
                                    "--cache", f"sqlite:///{path}", "--signing-key", str(signing_keys["writer"])],
                                   capture_output=True, text=True, timeout=600, cwd=REPO)
             assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
@@ -253,7 +253,7 @@ def env_without(module: str, directory: Path) -> dict[str, str]:
 def dynamic_sweep(model: str, directory: Path) -> str:
     """`autotune sweep MODEL --dynamic` on CPU into a new SQLite file in ``directory``; its URL."""
     url = f"sqlite:///{directory / 'cache.db'}"
-    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", model, "--device", "cpu", "--cache", url,
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", model, "--device", "cpu", "--cache", url,
                            "--dynamic", "--json"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return url

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.xdist_group("signed_dynamic")  # its own sweep copy; th
 @pytest.fixture(scope="module")
 def swept_dynamic(_signed_tiny_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     url = copy_sqlite(_signed_tiny_cache, tmp_path_factory.mktemp("dynamic") / "cache.db")
-    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", TINY, "--device", "cpu", "--cache", url,
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", TINY, "--device", "cpu", "--cache", url,
                            "--dynamic", "--batch-sizes", "16", "--json"], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.xdist_group("dynamo-package")
 @pytest.fixture(scope="module")
 def packaged_sweep(tmp_path_factory: pytest.TempPathFactory, signing_keys: dict[str, Path]) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('package') / 'cache.db'}"
-    proc = subprocess.run([sys.executable, "-m", "cli", "sweep", str(MODEL), "--device", "cpu", "--cache", url,
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(MODEL), "--device", "cpu", "--cache", url,
                            "--signing-key", str(signing_keys["writer"])],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env=_env())

@@ -101,7 +101,7 @@ def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
         faults.fill(store)
     # Short leases: their heartbeat (every 0.5 s) meets the full disk too, and says so in one line.
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "sweep", str(REPO / "tests" / "models" / "tiny_mlp.py"), "--device", "cpu",
+        [sys.executable, "-m", "autotune.cli", "sweep", str(REPO / "tests" / "models" / "tiny_mlp.py"), "--device", "cpu",
          "--cache", str(tmpfs / "c.db"), "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "AUTOTUNE_LEASE_SECONDS": "1.5"})
     assert done.returncode == 1, done.stderr[-3000:]
@@ -209,6 +209,6 @@ def test_bad_model_files(tmp_path: Path, source: str, needle: str) -> None:
 
 
 def test_first_line_is_not_a_missing_package_warning() -> None:
-    done = subprocess.run([sys.executable, "-m", "cli", "cache", "--cache", "sqlitee:///x", "stats"],
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "cache", "--cache", "sqlitee:///x", "stats"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("Error: unsupported cache database"), done.stderr

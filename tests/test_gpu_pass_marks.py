@@ -50,7 +50,7 @@ def example(batch_size=None):
 
 
 def _sweep(model: Path, url: str, **env: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "cli", "sweep", str(model), "--cache", url, "--json"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(model), "--cache", url, "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     report = compile_time._sweep_payload(done.stdout)  # the report, as the benchmarks read it

@@ -49,7 +49,7 @@ def _export_file(tmp_path: Path, count: int = 40) -> Path:
 def test_six_importers_into_a_fresh_postgres_database(fresh_pg_database: str, tmp_path: Path) -> None:
     """The issue's first-use race: six `autotune cache import` at once into an empty database."""
     path = _export_file(tmp_path)
-    command = [sys.executable, "-m", "cli", "cache", "--cache", fresh_pg_database, "import", str(path)]
+    command = [sys.executable, "-m", "autotune.cli", "cache", "--cache", fresh_pg_database, "import", str(path)]
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     procs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(6)]
