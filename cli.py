@@ -35,6 +35,8 @@ from autotune.cache import (
     Store,
     TuningResult,
 )
+from autotune.cache.errors import MalformedRow
+from autotune.cache.text import escape_control
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -49,7 +51,7 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 # Cache errors that mean "what you pointed me at is not usable as given".
-_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError)
+_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError, MalformedRow)
 
 
 class _BadInput(click.ClickException):
@@ -89,13 +91,30 @@ def _version() -> str:
         return "0.0.0+unknown"
 
 
+class _Console(Console):
+    """Prints text with its control characters escaped: names, keys and messages come from
+    the database, where anyone who can write may have stored terminal escape sequences."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(escape_control(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 def _out() -> Console:
     # Built per call so CliRunner's captured stdout is used; soft_wrap keeps one line per row.
-    return Console(highlight=False, soft_wrap=True)
+    return _Console(highlight=False, soft_wrap=True)
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _exit_if_malformed(found: Any) -> None:
+    """After a listing: one line for each stored row it left out (it failed validation), exit 2."""
+    malformed: list[MalformedRow] = getattr(found, "malformed", [])
+    for error in malformed:
+        _err().print(f"Error: {escape(str(error))}")
+    if malformed:
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _open(ctx: click.Context, *, read_only: bool) -> Store:
@@ -303,7 +322,9 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     _check_ls_flags(op, misses, artifacts, kind, signer)
     store = _open(ctx, read_only=True)
     if artifacts:
-        _print_artifacts(store.artifacts(kind=kind, device=device, signer=signer, limit=limit or None), as_json)
+        found = store.artifacts(kind=kind, device=device, signer=signer, limit=limit or None)
+        _print_artifacts(found, as_json)
+        _exit_if_malformed(found)
         return
     if misses:
         _print_misses(store, op, device, limit, as_json)
@@ -311,6 +332,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     rows = store.list_results(op=op, device=device, limit=limit or None)
     if as_json:
         click.echo(json.dumps([_result_summary(i, r) for i, r in rows], indent=2))
+        _exit_if_malformed(rows)
         return
     out = _out()
     out.print(
@@ -326,6 +348,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
         out.print(escape(line))
     if not rows:
         _err().print("No cached requests match.")
+    _exit_if_malformed(rows)
 
 
 def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | None, signer: str | None) -> None:
@@ -357,15 +380,17 @@ def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
 
 def _print_misses(store: Store, op: str | None, device: str | None, limit: int, as_json: bool) -> None:
     needle = (device or "").lower()
+    logged = store.misses()
     found = [
         m
-        for m in store.misses()
+        for m in logged
         if (not op or m.request.op == op)
         and (not needle or needle in m.env.device_name.lower() or needle == m.env.device_kind.lower())
     ]
     found = found[:limit] if limit else found
     if as_json:
         click.echo(json.dumps([_miss_summary(m) for m in found], indent=2))
+        _exit_if_malformed(logged)
         return
     out = _out()
     out.print(f"[bold]{'count':>6}  {'request':<38}  {'device':<22}  {'last seen':<19}  host[/bold]")
@@ -377,6 +402,7 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
         out.print(escape(line))
     if not found:
         _err().print("No logged misses match.")
+    _exit_if_malformed(logged)
 
 
 @cache.command()
@@ -623,7 +649,7 @@ def _print_sweep(report: SweepReport, console: Console) -> None:
     for outcome in report.outcomes:
         result = outcome.result
         winner = result.winner if result else None
-        table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
+        table.add_row(escape(escape_control(shape_summary(outcome.request))), escape_control(_winner_config(outcome)),
                       _fmt_ms(winner.time_ms if winner else None),
                       _fmt_speedup(result.speedup_over_aten if result else None),
                       outcome.status if outcome.stored else f"{outcome.status}, not stored")
@@ -745,6 +771,10 @@ def sweep(models: tuple[str, ...], entry: str, cache_url: str | None, mode: str 
         _print_sweep(report, _out())
     if report.store_error is not None:
         _err().print(f"Error: {escape(report.store_error)}; the sweep stopped: a rerun tunes what is missing")
+    for line in report.malformed_rows:  # each skipped; the rest were tuned
+        _err().print(f"Error: {escape(line)}")
+    if report.malformed_rows:
+        raise SystemExit(EXIT_BAD_INPUT)
     raise SystemExit(EXIT_FAILED if report.failed or report.store_error else 0)
 
 
