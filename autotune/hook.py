@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from autotune.cache import protocols
 from autotune.cache.errors import MalformedRow, or_malformed
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from .nearest import NearestIndex
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class CacheMissError(RuntimeError):
@@ -216,8 +218,9 @@ class ServePolicy:
             self.stats.malformed_rows += 1
         log.warning("autotune: %s", escape_control(str(error)))
 
-    def _set_aside(self, found: Any) -> Any:
-        """A listing from the store, after a warning for each row it left out."""
+    def _set_aside(self, found: T) -> T:
+        """A listing from the store (None when the call failed), after a warning for each row
+        it left out."""
         for error in getattr(found, "malformed", ()):
             self.malformed_row(error)
         return found

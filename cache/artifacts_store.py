@@ -147,7 +147,8 @@ def list_infos(
 ) -> Listing[ArtifactInfo]:
     """Newest first, without payloads; rows that fail validation are left out, each in the
     listing's ``malformed``."""
-    query = _INFOS.select(conn.dialect.name).where(*filters(device=device)).order_by(A.c.created_at.desc(), A.c.id.desc())
+    query = _INFOS.select(conn.dialect.name).where(*filters(device=device))
+    query = query.order_by(A.c.created_at.desc(), A.c.id.desc())
     if kind:
         query = query.where(A.c.kind == kind)
     if signer:
