@@ -41,7 +41,9 @@ from autotune.cache import (
     Store,
     TuningResult,
 )
+from autotune.cache.errors import MalformedRow
 from autotune.cache.signing import KeyFileError
+from autotune.cache.text import escape_control
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ EXIT_BAD_INPUT = 2
 EXIT_CLOSED_PIPE = 141  # as a shell reports a command killed by SIGPIPE: `... | head` read enough
 # Errors that mean "what you pointed me at is not usable as given": their message names it and the fix.
 _BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError, KeyFileError,
-                     ModelFileError, WorkerError, SettingsError, LogUnavailable)
+                     ModelFileError, WorkerError, SettingsError, LogUnavailable, MalformedRow)
 
 
 class Failure(click.ClickException):
@@ -142,13 +144,30 @@ def _version() -> str:
         return "0.0.0+unknown"
 
 
+class _Console(Console):
+    """Prints text with its control characters escaped: names, keys and messages come from
+    the database, where anyone who can write may have stored terminal escape sequences."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(escape_control(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 def _out() -> Console:
     # Built per call so CliRunner's captured stdout is used; soft_wrap keeps one line per row.
-    return Console(highlight=False, soft_wrap=True)
+    return _Console(highlight=False, soft_wrap=True)
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _exit_if_malformed(found: Any) -> None:
+    """After a listing: one line for each stored row it left out (it failed validation), exit 2."""
+    malformed: list[MalformedRow] = getattr(found, "malformed", [])
+    for error in malformed:
+        _err().print(f"Error: {escape(str(error))}")
+    if malformed:
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _settings(ctx: click.Context, **flags: Any) -> Settings:
@@ -411,7 +430,9 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     _check_ls_flags(op, misses, artifacts, kind, signer)
     store = _open(ctx, read_only=True)
     if artifacts:
-        _print_artifacts(store.artifacts(kind=kind, device=device, signer=signer, limit=limit or None), as_json)
+        found = store.artifacts(kind=kind, device=device, signer=signer, limit=limit or None)
+        _print_artifacts(found, as_json)
+        _exit_if_malformed(found)
         return
     if misses:
         _print_misses(store, op, device, limit, as_json)
@@ -419,6 +440,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     rows = store.list_results(op=op, device=device, limit=limit or None)
     if as_json:
         click.echo(json.dumps([_result_summary(i, r) for i, r in rows], indent=2))
+        _exit_if_malformed(rows)
         return
     columns = [_Column("id", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
                _Column("winner", least=10), _Column("time", right=True), _Column("vs aten", right=True),
@@ -430,6 +452,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
         for row_id, result in rows])
     if not rows:
         _err().print("No cached requests match.")
+    _exit_if_malformed(rows)
 
 
 def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | None, signer: str | None) -> None:
@@ -458,15 +481,17 @@ def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
 
 def _print_misses(store: Store, op: str | None, device: str | None, limit: int, as_json: bool) -> None:
     needle = (device or "").lower()
+    logged = store.misses()
     found = [
         m
-        for m in store.misses()
+        for m in logged
         if (not op or m.request.op == op)
         and (not needle or needle in m.env.device_name.lower() or needle == m.env.device_kind.lower())
     ]
     found = found[:limit] if limit else found
     if as_json:
         click.echo(json.dumps([_miss_summary(m) for m in found], indent=2))
+        _exit_if_malformed(logged)
         return
     columns = [_Column("count", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
                _Column("last seen"), _Column("host", least=8)]
@@ -476,6 +501,7 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
         for miss in found])
     if not found:
         _err().print("No logged misses match.")
+    _exit_if_malformed(logged)
 
 
 @cache.command()
@@ -748,8 +774,12 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         from autotune.sweep_view import print_summary
 
         print_summary(report, _out(), log_file)
+    for line in report.malformed_rows:  # each skipped; the rest were tuned
+        _err().print(f"Error: {escape(line)}")
     if report.store_error is not None:
         fail(f"{report.store_error}; the sweep stopped: a rerun tunes what is missing", EXIT_FAILED)
+    if report.malformed_rows:
+        raise SystemExit(EXIT_BAD_INPUT)
     raise SystemExit(EXIT_FAILED if report.failed else 0)
 
 

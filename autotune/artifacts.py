@@ -29,8 +29,17 @@ import os
 import threading
 from typing import Any, Callable
 
-from autotune.cache.records import ARTIFACT_AOT_AUTOGRAD, ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
+from autotune.cache import protocols
+from autotune.cache.errors import MalformedRow, or_malformed
+from autotune.cache.records import (
+    ARTIFACT_AOT_AUTOGRAD,
+    ARTIFACT_CPP_KERNEL,
+    ARTIFACT_FX_GRAPH,
+    MAX_ARTIFACT_BYTES,
+    Artifact,
+)
 from autotune.cache.signing import OK, Signer, TrustedKeys
+from autotune.cache.text import escape_control
 
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue.patching import StackedPatch
@@ -46,12 +55,16 @@ class ArtifactTier:
 
     ``call(fn, timeout)`` runs ``fn(store)`` bounded and returns None on any
     failure (the hook's policy: the first error disables the cache with one
-    warning). ``submit(fn)`` runs a write in the background.
+    warning). ``submit(fn)`` runs a write in the background. A stored row that fails
+    validation, a payload over ``max_bytes`` among them (refused before it is read), is a miss
+    reported to ``malformed`` (the hook warns once per row).
     """
 
     def __init__(self, *, trusted: TrustedKeys, signer: Signer | None, device: str, stats: Any,
-                 call: Callable[[Callable[[Any], Any], float], Any],
-                 submit: Callable[[Callable[[], None]], None], timeout: float) -> None:
+                 call: Callable[[Callable[[protocols.Store], Any], float], Any],
+                 submit: Callable[[Callable[[], None]], None], timeout: float,
+                 max_bytes: int = MAX_ARTIFACT_BYTES,
+                 malformed: Callable[[MalformedRow], None] | None = None) -> None:
         self.trusted = trusted
         self.signer = signer
         self.device = device
@@ -59,6 +72,8 @@ class ArtifactTier:
         self._call = call
         self._submit = submit
         self._timeout = timeout * FETCH_TIMEOUT_FACTOR
+        self._max_bytes = max_bytes
+        self._malformed = malformed or (lambda error: log.warning("autotune: %s", escape_control(str(error))))
         self._warned = False
         self._lock = threading.Lock()
 
@@ -74,7 +89,13 @@ class ArtifactTier:
         """The payload stored under (kind, key) if it verifies, else None (a miss)."""
         if not self.reads:
             return None
-        stored: Artifact | None = self._call(lambda store: store.get_artifact(kind, key), self._timeout)
+        stored = self._call(lambda store: or_malformed(lambda: store.get_artifact(kind, key, self._max_bytes)),
+                            self._timeout)
+        if isinstance(stored, MalformedRow):
+            with self._lock:
+                self.stats.artifacts_rejected += 1
+            self._malformed(stored)
+            return None
         if stored is None:
             return None
         verdict = self.trusted.verify(kind, key, stored.payload, stored.signature, stored.public_key)

@@ -21,8 +21,10 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+from autotune.cache import protocols
+from autotune.cache.errors import MalformedRow, or_malformed
 from autotune.cache.records import (
     STATUS_OK,
     Environment,
@@ -31,6 +33,7 @@ from autotune.cache.records import (
     TuningRequest,
     TuningResult,
 )
+from autotune.cache.text import escape_control
 
 from autotune.inductor_glue.inductor import (
     Benchmark,
@@ -54,6 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class CacheMissError(RuntimeError):
     """Raised with on_miss="error": the cache does not cover a request."""
@@ -74,6 +79,9 @@ class HookStats:
     misses: int = 0
     written: int = 0
     errors: int = 0
+    # Stored rows that failed validation (a timing that is no time, JSON of the wrong shape, a
+    # payload over the size cap): each read as absent, with one warning.
+    malformed_rows: int = 0
     # Seconds compiles spent waiting on the cache (bounded by the lookup timeout once
     # per process: the first timeout disables the cache).
     store_wait_s: float = 0.0
@@ -162,13 +170,16 @@ class ServePolicy:
         # turned a whole warm start into plain max-autotune.
         self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
         self._imports.start()
-        self._store: Any = None
+        self._store: protocols.Store | None = None
         self._disabled = False
         self._lock = threading.Lock()
         self._wait_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
         self._logged_misses: set[str] = set()  # request keys
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
+        self._warned_rows: set[tuple[str, object]] = set()  # (table, id) of malformed rows
+        self._warn_lock = threading.Lock()  # rows are read by compiles and by the kernel-config loader
+        self._warned_timings: set[str] = set()  # request keys whose stored timings serve no choice
         self._pins: dict[str, PinIndex | None] = {}  # device type -> stored winners
         self._results: dict[str, list[TuningResult]] = {}  # environment key -> its stored results
         self._nearest: dict[str, NearestIndex] = {}  # environment key -> its stored winners by shape
@@ -179,7 +190,7 @@ class ServePolicy:
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
     # --- store access, bounded and never raising ---------------------------------
-    def _call(self, fn: Callable[[Any], Any], timeout: float | None = None) -> Any:
+    def _call(self, fn: Callable[[protocols.Store], Any], timeout: float | None = None) -> Any:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
         if self._disabled:
             return None
@@ -195,7 +206,7 @@ class ServePolicy:
             with self._wait_lock:
                 self.stats.store_wait_s += time.perf_counter() - began
 
-    def _open(self) -> Any:
+    def _open(self) -> protocols.Store:
         with self._lock:
             if self._store is None:
                 from autotune.cache.store import Store
@@ -203,6 +214,22 @@ class ServePolicy:
                 self._store = Store(self.settings.cache, read_only=self.settings.read_only,
                                     connect_timeout=self.settings.lookup_timeout)
             return self._store
+
+    def malformed_row(self, error: MalformedRow) -> None:
+        """A stored row that fails validation: read as absent, with one warning per row."""
+        with self._warn_lock:
+            if (error.table, error.row_id) in self._warned_rows:
+                return
+            self._warned_rows.add((error.table, error.row_id))
+            self.stats.malformed_rows += 1
+        log.warning("autotune: %s", escape_control(str(error)))
+
+    def _set_aside(self, found: T) -> T:
+        """A listing from the store (None when the call failed), after a warning for each row
+        it left out."""
+        for error in getattr(found, "malformed", ()):
+            self.malformed_row(error)
+        return found
 
     def _disable(self, exc: BaseException) -> None:
         self.stats.errors += 1
@@ -237,21 +264,34 @@ class ServePolicy:
 
     def _stored_answer(self, env: Environment, request: TuningRequest,
                        choices: list[Any]) -> tuple[TuningResult, Timings] | None:
-        """The stored result and the timings it gives ``choices``; None on a miss."""
-        stored: TuningResult | None = self._call(lambda store: store.lookup(env, request.key))
+        """The stored result and the timings it gives ``choices``; None on a miss. A stored
+        row that fails validation (the store checks every timing is a time) is a miss with one
+        warning, and so is an answer that gives every offered choice an infinite time: Inductor
+        handed it would fail the compile, finding no valid choice."""
+        stored = self._call(lambda store: or_malformed(lambda: store.lookup(env, request.key)))
+        if isinstance(stored, MalformedRow):
+            self.malformed_row(stored)
+            return None
         if stored is None or stored.status != STATUS_OK:
             return None
         times = stored.timings()
         if any(choice_hash(c) not in times for c in choices):
             return None  # a candidate the sweep never saw: the answer may be wrong
+        timings = {c: times[choice_hash(c)] for c in choices}
+        if not any(math.isfinite(ms) for ms in timings.values()):
+            if request.key not in self._warned_timings:  # Inductor asks twice; say it once
+                self._warned_timings.add(request.key)
+                log.warning("autotune: the stored result of %s times none of the %d choices offered; "
+                            "compiling it as on a miss", shape_summary(request), len(choices))
+            return None
         winner = stored.winner
         missing = winner is not None and all(choice_hash(c) != winner.choice_hash for c in choices)
         if missing and request.key not in self._warned_winners:
             self._warned_winners.add(request.key)  # Inductor asks twice; say it once
             self.stats.winner_not_generated += 1
             log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
-                        winner.name, shape_summary(request))
-        return stored, {c: times[choice_hash(c)] for c in choices}
+                        escape_control(winner.name), shape_summary(request))
+        return stored, timings
 
     def _time_in_graph(self, stored: TuningResult, benchmark: Benchmark | None,
                        default: Callable[[], Timings]) -> Timings:
@@ -323,7 +363,7 @@ class ServePolicy:
     def _env_results(self, env: Environment) -> list[TuningResult]:
         """Every stored result of env, read once per process (pinning and nearest use them)."""
         if env.key not in self._results:
-            self._results[env.key] = self._call(lambda store: store.results_for_env(env)) or []
+            self._results[env.key] = self._set_aside(self._call(lambda store: store.results_for_env(env))) or []
         return self._results[env.key]
 
     def _log_miss(self, env: Environment, request: TuningRequest) -> None:
@@ -389,7 +429,7 @@ class ServePolicy:
         if not self.settings.kernel_configs:
             return
         env = kernel_config_environment(device)
-        configs = self._call(lambda store: store.kernel_configs(env, kernel_configs.PREFIX))
+        configs = self._set_aside(self._call(lambda store: store.kernel_configs(env, kernel_configs.PREFIX)))
         if configs:
             try:
                 self.stats.kernel_configs_loaded += kernel_configs.materialize(configs)
@@ -405,7 +445,7 @@ class ServePolicy:
             return
         env = kernel_config_environment(device)
 
-        def put(store: Any) -> None:
+        def put(store: protocols.Store) -> None:
             store.put_kernel_configs(env, {key: value})  # coordinate descent's config replaces autotuning's
             if key not in self._configs_saved:
                 self._configs_saved.add(key)
@@ -423,7 +463,7 @@ class ServePolicy:
 
         if (device, prefix) not in self._decisions:
             env = kernel_config_environment(device)
-            stored = self._call(lambda store: store.kernel_configs(env, prefix))
+            stored = self._set_aside(self._call(lambda store: store.kernel_configs(env, prefix)))
             self._decisions[device, prefix] = dict(stored or {})
         return self._decisions[device, prefix]
 
@@ -437,14 +477,14 @@ class ServePolicy:
             return
         env = kernel_config_environment(device)
 
-        def put(store: Any) -> None:
+        def put(store: protocols.Store) -> None:
             store.put_kernel_configs(env, {key: value})
             if counter is not None:
                 setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
         self._store_later(put)
 
-    def _store_later(self, work: Callable[[Any], None]) -> None:
+    def _store_later(self, work: Callable[[protocols.Store], None]) -> None:
         """Run ``work(store)`` on the writer thread (compiles never wait for it); an error
         disables the cache, as any other store error does."""
         def run() -> None:
@@ -744,7 +784,8 @@ def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | 
     from .artifacts import ArtifactSeams, ArtifactTier
 
     tier = ArtifactTier(trusted=trusted, signer=signer, device=_artifact_device(), stats=policy.stats,
-                        call=policy._call, submit=policy.submit_artifact_write, timeout=policy.settings.lookup_timeout)
+                        call=policy._call, submit=policy.submit_artifact_write, timeout=policy.settings.lookup_timeout,
+                        max_bytes=policy.settings.max_artifact_bytes, malformed=policy.malformed_row)
     return ArtifactSeams(tier, dynamo_package=policy.settings.dynamo_package)
 
 

@@ -50,7 +50,7 @@ def key_for(path: str, root: str | None = None) -> str | None:
 
 def path_for(key: str, root: str) -> str | None:
     """Where a stored key goes under root; None for anything that is not a plain key."""
-    if not key.startswith(PREFIX):
+    if not key.startswith(PREFIX) or "\0" in key:  # no path holds a NUL byte (os.path raises ValueError)
         return None
     parts = key[len(PREFIX):].split("/")
     if not parts[-1].endswith(SUFFIX) or len(parts) > 4:

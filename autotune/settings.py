@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from autotune.cache.records import MAX_ARTIFACT_BYTES
+
 if TYPE_CHECKING:
     from autotune.cache.signing import Signer, TrustedKeys
 
@@ -104,6 +106,9 @@ class Settings:
     trusted_keys: tuple[str, ...] = field(default_factory=tuple)
     # Artifact tier on/off; with no keys configured it is off anyway.
     artifacts: bool = True
+    # Artifact tier: the largest payload a job reads, in bytes; a stored one over it is refused
+    # before it is read (a miss, with one warning), so a planted row cannot fill a job's memory.
+    max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     # Artifact tier: share Dynamo's package too (torch's caching_precompile), so a fresh node
     # skips tracing (on an H100, torch 2.11: the transformer's first call 0.46-0.53x default with
     # it, 0.73-0.79x without). A model Dynamo cannot package, or a job that cannot use the package,
@@ -157,6 +162,9 @@ class Settings:
             raise SettingsError(f"device={self.device!r} must be cuda or cpu (AUTOTUNE_DEVICE)")
         if self.request_timeout <= 0 or self.lookup_timeout <= 0 or self.lease_seconds <= 0:
             raise SettingsError("timeouts must be positive")
+        if self.max_artifact_bytes < 1:
+            raise SettingsError(f"max_artifact_bytes={self.max_artifact_bytes} must be at least 1 "
+                                "(AUTOTUNE_MAX_ARTIFACT_BYTES)")
 
 
 def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune.cache.records import (
     STATUS_OK,
     Environment,
+    Listing,
     TuningRequest,
     TuningResult,
 )
@@ -138,6 +139,8 @@ class SweepReport:
     adopted: int = 0  # lanes that took a spare tuning process started before Ray (workers/spares.py)
     # The cache's one-line error when it refused to store a result; the sweep stopped there.
     store_error: str | None = None
+    # One line per stored row the sweep read and left out, as it failed validation (--misses).
+    malformed_rows: list[str] = field(default_factory=list)
     # Seconds from the sweep's start to each of its milestones, in order (profiling the serial part).
     timeline: dict[str, float] = field(default_factory=dict)
 
@@ -227,6 +230,7 @@ class SweepReport:
             },
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
+            "malformed_rows": self.malformed_rows,
             "timeline": dict(sorted(self.timeline.items(), key=lambda item: item[1])),
             "models": [m.to_json() for m in self.models],
             "requests": [o.to_json() for o in self.outcomes],
@@ -353,15 +357,17 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
     return captured, Environment.from_json(data["pad_env"]) if data.get("pad_env") else None
 
 
-def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> list[Any]:
-    """Jobs for every logged miss from a machine like this one (any config)."""
+def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Listing[Any]:
+    """Jobs for every logged miss from a machine like this one (any config); the misses rows
+    that failed validation are left out, in the listing's ``malformed``."""
     from autotune.inductor_glue.env import current_environment
     from autotune.workers.jobs import TuneJob
 
     here = current_environment(device)
-    jobs = []
+    logged = store.misses(None)
+    jobs: Listing[Any] = Listing(malformed=logged.malformed)
     stored: dict[str, set[str]] = {}  # env key -> keys stored ok
-    for miss in store.misses(None):
+    for miss in logged:
         env_key = miss.env.key
         if env_key not in stored:
             stored[env_key] = store.cached_request_keys(miss.env)
@@ -538,16 +544,21 @@ class _Sweep:
 
     def plan_misses(self) -> None:
         """A dry run with --misses: the logged misses join the plan."""
-        for job in _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id):
+        for job in self._miss_jobs():
             if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
                 self.report.outcomes.append(Outcome(job.request, "planned"))
+
+    def _miss_jobs(self) -> list[Any]:
+        jobs = _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id)
+        self.report.malformed_rows += [str(error) for error in jobs.malformed]
+        return jobs
 
     # ------------------------------------------------------------------ tuning
 
     def tune(self, models: list[ModelFile]) -> None:
         assert self.queue is not None
         if self.options.misses:
-            for job in _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id):
+            for job in self._miss_jobs():
                 if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
                     self.queue.put(job)
         self.queue.close()

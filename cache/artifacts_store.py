@@ -13,11 +13,16 @@ from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import functools
+from datetime import datetime
+
 import sqlalchemy as sa
 from sqlalchemy import Connection, bindparam, func, select
 
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
-from autotune.cache.records import ARTIFACT_KINDS, Artifact, ArtifactInfo, utcnow
+from autotune.cache.records import ARTIFACT_KINDS, MAX_ARTIFACT_BYTES, Artifact, ArtifactInfo, Listing, utcnow
+from autotune.cache.store._reading import Reader, checking
 
 UNSIGNED = "unsigned"  # the signer filter and stats label of artifacts without a signature
 
@@ -26,15 +31,12 @@ _INFO_COLUMNS = (
     A.c.id, A.c.kind, A.c.key, A.c.size, A.c.digest, A.c.signer,
     A.c.torch_version, A.c.device, A.c.host, A.c.created_at,
 )  # fmt: skip
-_ARTIFACT_COLUMNS = (
-    A.c.id, A.c.kind, A.c.key, A.c.payload, A.c.signature, A.c.public_key,
-    A.c.torch_version, A.c.device, A.c.host, A.c.created_at,
-)  # fmt: skip
+_INFOS = Reader(*_INFO_COLUMNS)
 # key_hash finds the row through the unique index; key == :key makes a hash collision a miss.
 _BY_KEY = (A.c.kind == bindparam("kind"), A.c.key_hash == bindparam("key_hash"), A.c.key == bindparam("key"))
-_LOOKUP = select(*_ARTIFACT_COLUMNS).where(*_BY_KEY)
 _EXISTS = select(A.c.id).where(*_BY_KEY)
-_NEXT = select(*_ARTIFACT_COLUMNS).where(A.c.id > bindparam("last_id")).order_by(A.c.id).limit(1)
+_INFO_TYPES = {"id": int, "kind": str, "key": str, "size": int, "digest": str, "torch_version": str,
+               "device": str, "host": str}
 
 # An import writes artifacts in transactions of at most this many rows or bytes.
 IMPORT_BATCH_ROWS = 100
@@ -92,19 +94,48 @@ def insert_once(conn: Connection, insert: Any, values: dict[str, Any]) -> bool:
     return conn.execute(statement).first() is not None
 
 
-def get(conn: Connection, kind: str, key: str) -> Artifact | None:
-    row = conn.execute(_LOOKUP, _params(kind, key)).first()
-    return None if row is None else _artifact(row)
+def get(conn: Connection, kind: str, key: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> Artifact | None:
+    """The artifact under (kind, key), or None. MalformedRow for a row that fails validation,
+    a payload over ``max_bytes`` among them: its size is read first, its bytes never."""
+    reader, query = _payload_query(conn.dialect.name)
+    row = conn.execute(query.where(*_BY_KEY), {**_params(kind, key), "max_bytes": max_bytes}).first()
+    return None if row is None else _artifact(reader, row, conn.dialect.name, max_bytes)
 
 
 def exists(conn: Connection, kind: str, key: str) -> bool:
     return conn.execute(_EXISTS, _params(kind, key)).first() is not None
 
 
-def next_after(conn: Connection, last_id: int) -> tuple[int, Artifact] | None:
-    """The artifact with the smallest id above last_id (export reads one payload at a time)."""
-    row = conn.execute(_NEXT, {"last_id": last_id}).first()
-    return None if row is None else (row.id, _artifact(row))
+def next_after(conn: Connection, last_id: int) -> tuple[int, Artifact | MalformedRow] | None:
+    """The artifact with the smallest id above last_id (export reads one payload at a time),
+    or the MalformedRow that says why its row cannot be read."""
+    reader, query = _payload_query(conn.dialect.name)
+    query = query.where(A.c.id > bindparam("last_id")).order_by(A.c.id).limit(1)
+    row = conn.execute(query, {"last_id": last_id, "max_bytes": None}).first()
+    if row is None:
+        return None
+    try:
+        return row.id, _artifact(reader, row, conn.dialect.name, None)
+    except MalformedRow as error:
+        return row.id, error
+
+
+@functools.lru_cache(maxsize=None)
+def _payload_query(dialect: str) -> tuple[Reader, sa.Select[Any]]:
+    """An artifact row with its payload's length in bytes, and the payload itself only when
+    that length is at most :max_bytes (NULL: any). PostgreSQL's octet_length reads a stored
+    value's header, not the value; SQLite's length() of a blob reads its record header, and a
+    payload stored as anything but a blob has no length here (it is no payload)."""
+    length: sa.ColumnElement[int]
+    if dialect == "postgresql":
+        length = func.octet_length(A.c.payload)
+    else:
+        length = sa.case((func.typeof(A.c.payload) == "blob", func.length(A.c.payload)))
+    cap = bindparam("max_bytes", type_=sa.BigInteger)
+    payload = sa.case((sa.or_(cap.is_(None), length <= cap), A.c.payload), else_=sa.null()).label("payload")
+    reader = Reader(A.c.id, A.c.kind, A.c.key, payload, length.label("stored_bytes"), A.c.signature,
+                    A.c.public_key, A.c.torch_version, A.c.device, A.c.host, A.c.created_at)
+    return reader, reader.select(dialect)
 
 
 def list_infos(
@@ -113,16 +144,24 @@ def list_infos(
     device: str | None = None,
     signer: str | None = None,
     limit: int | None = 100,
-) -> list[ArtifactInfo]:
-    """Newest first, without payloads."""
-    query = select(*_INFO_COLUMNS).where(*filters(device=device)).order_by(A.c.created_at.desc(), A.c.id.desc())
+) -> Listing[ArtifactInfo]:
+    """Newest first, without payloads; rows that fail validation are left out, each in the
+    listing's ``malformed``."""
+    query = _INFOS.select(conn.dialect.name).where(*filters(device=device))
+    query = query.order_by(A.c.created_at.desc(), A.c.id.desc())
     if kind:
         query = query.where(A.c.kind == kind)
     if signer:
         query = query.where(A.c.signer.is_(None) if signer == UNSIGNED else A.c.signer == signer)
     if limit:
         query = query.limit(limit)
-    return [ArtifactInfo(**row._asdict()) for row in conn.execute(query)]
+    found: Listing[ArtifactInfo] = Listing()
+    for row in conn.execute(query):
+        try:
+            found.append(_info(row, conn.dialect.name))
+        except MalformedRow as error:
+            found.set_aside(error)
+    return found
 
 
 def filters(
@@ -178,15 +217,44 @@ def batches(artifacts: Iterable[Artifact]) -> Iterator[list[Artifact]]:
         yield batch
 
 
-def _artifact(row: Any) -> Artifact:
-    return Artifact(
-        kind=row.kind,
-        key=row.key,
-        payload=bytes(row.payload),
-        signature=bytes(row.signature) if row.signature is not None else None,
-        public_key=bytes(row.public_key) if row.public_key is not None else None,
-        torch_version=row.torch_version,
-        device=row.device,
-        host=row.host,
-        created_at=row.created_at,  # UTC-aware: UTCDateTime re-attaches the zone
-    )
+def _info(row: Any, dialect: str) -> ArtifactInfo:
+    with checking("artifacts", row.id):
+        values = _INFOS.values(row, dialect)
+        for name, kind in _INFO_TYPES.items():
+            if not isinstance(values[name], kind) or isinstance(values[name], bool):
+                raise ValueError(f"{name} is {values[name]!r}, not {kind.__name__}")
+        if values["signer"] is not None and not isinstance(values["signer"], str):
+            raise ValueError(f"signer is {values['signer']!r}, not a string")
+        if not isinstance(values["created_at"], datetime):
+            raise ValueError(f"created_at is {values['created_at']!r}, not a timestamp")
+        return ArtifactInfo(**values)
+
+
+def _artifact(reader: Reader, row: Any, dialect: str, max_bytes: int | None) -> Artifact:
+    with checking("artifacts", row.id):
+        values = reader.values(row, dialect)
+        stored = values["stored_bytes"]
+        if stored is None:
+            raise ValueError("its payload is not bytes")
+        if max_bytes is not None and stored > max_bytes:
+            raise ValueError(f"its payload of {stored} bytes is over the cap of {max_bytes} bytes "
+                             "(AUTOTUNE_MAX_ARTIFACT_BYTES), so it was not read")
+        for name in ("signature", "public_key"):
+            if values[name] is not None and not isinstance(values[name], (bytes, memoryview)):
+                raise ValueError(f"{name} is {values[name]!r}, not bytes")
+        for name in ("kind", "key", "torch_version", "device", "host"):
+            if not isinstance(values[name], str):
+                raise ValueError(f"{name} is {values[name]!r}, not a string")
+        if not isinstance(values["created_at"], datetime):
+            raise ValueError(f"created_at is {values['created_at']!r}, not a timestamp")
+        return Artifact(
+            kind=values["kind"],
+            key=values["key"],
+            payload=bytes(values["payload"]),
+            signature=bytes(values["signature"]) if values["signature"] is not None else None,
+            public_key=bytes(values["public_key"]) if values["public_key"] is not None else None,
+            torch_version=values["torch_version"],
+            device=values["device"],
+            host=values["host"],
+            created_at=values["created_at"],  # UTC-aware: UTCDateTime re-attaches the zone
+        )

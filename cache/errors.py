@@ -6,9 +6,11 @@ fix, so the CLI can print it as is and a training job's log stays readable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
+T = TypeVar("T")
 
 
 def one_line(error: BaseException) -> str:
@@ -61,3 +63,28 @@ class ImportValidationError(CacheError):
         self.line = line
         self.problem = problem
         super().__init__(f"line {line}: {problem}")
+
+
+class MalformedRow(CacheError):
+    """A stored row that fails validation (a value of the wrong type, JSON of the wrong shape,
+    a timing that is no time, a payload over the size cap). Readers treat the row as absent:
+    a job misses it with one warning, a listing skips it and names it."""
+
+    def __init__(self, table: str, row_id: object, problem: str) -> None:
+        self.table = table
+        self.row_id = row_id
+        self.problem = problem
+        super().__init__(f"{table} row {row_id} is malformed: {problem}; it is read as absent: "
+                         "delete the row or store it again")
+
+    def __reduce__(self) -> tuple[type[MalformedRow], tuple[str, object, str]]:
+        return MalformedRow, (self.table, self.row_id, self.problem)
+
+
+def or_malformed(read: Callable[[], T]) -> T | MalformedRow:
+    """``read()``, or the MalformedRow it raised, handed back rather than raised: where any
+    error means "the cache is broken" (the hook's bounded calls), a bad row is only a miss."""
+    try:
+        return read()
+    except MalformedRow as error:
+        return error

@@ -27,70 +27,15 @@ from typing import IO, Any
 from autotune.cache.errors import ImportValidationError
 from autotune.cache.records import ARTIFACT_KINDS, FAILURE_KINDS, STATUSES, Artifact, Environment, TuningResult
 from autotune.cache.signing import PUBLIC_KEY_BYTES, SIGNATURE_BYTES
+from autotune.cache.validation import CANDIDATE, ENV, NULL, PROVENANCE, RESULT, Spec, check, check_request
 
 FORMAT = "autotune-cache"
 VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
-# A field's accepted types; None in the tuple means JSON null is allowed.
-_Spec = dict[str, tuple[tuple[Any, ...], bool]]  # name -> (types, required)
-_STR, _OPT_STR = (str,), (str, None)
-_NUM_OR_NULL = (int, float, None)
+_STR, _OPT_STR = (str,), (str, NULL)
 
-_ENV: _Spec = {
-    "device_kind": (_STR, True),
-    "device_name": (_STR, True),
-    "torch_version": (_STR, True),
-    "triton_version": (_OPT_STR, True),
-    "cuda_version": (_OPT_STR, True),
-    "system_hash": (_STR, True),
-    "config_fingerprint": (_STR, True),
-    "config": ((dict,), False),
-}
-_REQUEST: _Spec = {
-    "op": (_STR, True),
-    "inputs_key": (_STR, True),
-    "precision": (_STR, True),
-    "inputs": ((list,), False),
-    "params": ((dict,), False),
-    "choice_hashes": ((list,), False),
-}
-_LAYOUT: _Spec = {
-    "sizes": ((list,), True),
-    "strides": ((list,), True),
-    "offset": ((int,), True),
-    "dtype": (_STR, True),
-    "device": (_STR, True),
-}
-_CANDIDATE: _Spec = {
-    "choice_hash": (_STR, True),
-    "kind": (_STR, True),
-    "name": (_STR, True),
-    "description": (_STR, False),
-    "template_id": (_OPT_STR, False),
-    "params": ((dict,), False),
-    "time_ms": (_NUM_OR_NULL, False),
-    "failure_kind": (_OPT_STR, False),
-    "failure_message": (_OPT_STR, False),
-}
-_PROVENANCE: _Spec = {
-    "created_at": (_STR, True),
-    "host": (_STR, False),
-    "sweep_id": (_OPT_STR, False),
-    "tuning_seconds": (_NUM_OR_NULL, False),
-    "source": (_STR, False),
-}
-_RESULT: _Spec = {
-    "env": ((dict,), True),
-    "request": ((dict,), True),
-    "candidates": ((list,), True),
-    "winner_hash": (_OPT_STR, False),
-    "status": (_STR, False),
-    "validation": ((dict, None), False),
-    "error": (_OPT_STR, False),
-    "provenance": ((dict,), True),
-}
-_ARTIFACT: _Spec = {
+_ARTIFACT: Spec = {
     "kind": (_STR, True),
     "key": (_STR, True),
     "payload": (_STR, True),
@@ -237,8 +182,8 @@ def _line(number: int) -> Iterator[None]:
 
 
 def parse_kernel_config(data: Any) -> KernelConfig:
-    _check(data, {"env": ((dict,), True), "key": (_STR, True), "value": ((dict,), True)}, "kernel_config")
-    _check(data["env"], _ENV, "kernel_config.env")
+    check(data, {"env": ((dict,), True), "key": (_STR, True), "value": ((dict,), True)}, "kernel_config")
+    check(data["env"], ENV, "kernel_config.env")
     if not data["key"]:
         raise ValueError("kernel_config.key must not be empty")
     return KernelConfig(Environment.from_json(data["env"]), data["key"], data["value"])
@@ -248,7 +193,7 @@ def parse_artifact(data: Any) -> Artifact:
     """Check one artifact: kind, base64 payload whose sha256 is its digest, and a
     signature and public key of the right sizes (both or neither). The signature
     itself is not verified here: readers do that against the keys they trust."""
-    _check(data, _ARTIFACT, "artifact")
+    check(data, _ARTIFACT, "artifact")
     if data["kind"] not in ARTIFACT_KINDS:
         raise ValueError(f"artifact.kind {data['kind']!r} is not one of {', '.join(ARTIFACT_KINDS)}")
     if not data["key"]:
@@ -324,17 +269,10 @@ def _check_header(data: Any, number: int) -> None:
 
 def parse_result(data: Any) -> TuningResult:
     """Check one line's structure and types, then build the record."""
-    _check(data, _RESULT, "result")
-    _check(data["env"], _ENV, "env")
-    _check(data["request"], _REQUEST, "request")
-    _check(data["provenance"], _PROVENANCE, "provenance")
-    for i, layout in enumerate(data["request"].get("inputs", [])):
-        _check(layout, _LAYOUT, f"request.inputs[{i}]")
-        for name in ("sizes", "strides"):
-            if not all(_is_int(v) for v in layout[name]):
-                raise ValueError(f"request.inputs[{i}].{name} must be a list of integers")
-    if not all(isinstance(h, str) for h in data["request"].get("choice_hashes", [])):
-        raise ValueError("request.choice_hashes must be a list of strings")
+    check(data, RESULT, "result")
+    check(data["env"], ENV, "env")
+    check_request(data["request"])
+    check(data["provenance"], PROVENANCE, "provenance")
     hashes = [_check_candidate(c, i) for i, c in enumerate(data["candidates"])]
     status = data.get("status", STATUSES[0])
     if status not in STATUSES:
@@ -351,7 +289,7 @@ def parse_result(data: Any) -> TuningResult:
 
 def _check_candidate(cand: Any, i: int) -> str:
     where = f"candidates[{i}]"
-    _check(cand, _CANDIDATE, where)
+    check(cand, CANDIDATE, where)
     kind = cand.get("failure_kind")
     if kind is not None and kind not in FAILURE_KINDS:
         raise ValueError(f"{where}.failure_kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
@@ -359,46 +297,3 @@ def _check_candidate(cand: Any, i: int) -> str:
     if time_ms is not None and not (math.isfinite(time_ms) and time_ms >= 0):
         raise ValueError(f"{where}.time_ms must be a finite number >= 0 or null, got {time_ms!r}")
     return cand["choice_hash"]
-
-
-def _check(obj: Any, spec: _Spec, where: str) -> None:
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} must be a JSON object, got {_json_type(obj)}")
-    unknown = sorted(set(obj) - set(spec))
-    if unknown:
-        raise ValueError(f"{where} has unknown field {unknown[0]!r}")
-    for name, (types, required) in spec.items():
-        if name not in obj:
-            if required:
-                raise ValueError(f"{where} is missing required field {name!r}")
-            continue
-        if not _matches(obj[name], types):
-            expected = " or ".join("null" if t is None else _TYPE_NAMES[t] for t in types)
-            raise ValueError(f"{where}.{name} must be {expected}, got {_json_type(obj[name])}")
-
-
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list"}
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _matches(value: Any, types: tuple[Any, ...]) -> bool:
-    if value is None:
-        return None in types
-    if isinstance(value, bool):  # bool is an int in Python, never in our schema
-        return False
-    return any(t is not None and isinstance(value, t) for t in types)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    for t, name in _TYPE_NAMES.items():
-        if isinstance(value, t):
-            return name
-    return type(value).__name__
-

@@ -27,7 +27,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, and_, select, update
@@ -35,18 +35,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from autotune.cache.errors import CacheError, one_line
 from autotune.cache.models import leases as L
+from autotune.cache.protocols import TransactionalStore
 from autotune.cache.records import utcnow
 
 log = logging.getLogger(__name__)
-
-
-class _Writer(Protocol):
-    """What leases need of a Store (cache/store/): its write transactions, with retries."""
-
-    @property
-    def masked_url(self) -> str: ...
-
-    def _write(self, work: Any) -> Any: ...
 
 
 CLAIMED = "claimed"  # this holder has it now: tune it
@@ -64,7 +56,7 @@ def new_holder_id() -> str:
 class Leases:
     """The leases one holder (one sweep) takes in one cache database."""
 
-    store: _Writer
+    store: TransactionalStore
     holder: str
     seconds: float = 60.0  # how long a lease lives without a heartbeat
     since: datetime | None = None  # this holder's start: releases after it mean "done"

@@ -11,9 +11,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
+
+from autotune.cache.errors import MalformedRow
+
+T = TypeVar("T")
+V = TypeVar("V")
 
 # Status of a stored tuning result.
 STATUS_OK = "ok"  # a winner was found and validated against ATen
@@ -41,6 +47,34 @@ def digest(*parts: Any) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class _SetsAside:
+    malformed: list[MalformedRow]
+
+    def set_aside(self, error: MalformedRow) -> None:
+        """Keep a row that failed validation out, once (the rows of one malformed environment
+        all fail with its error)."""
+        if all((e.table, e.row_id) != (error.table, error.row_id) for e in self.malformed):
+            self.malformed.append(error)
+
+
+class Listing(_SetsAside, list[T]):
+    """Records read from the database, in order. A row that failed validation is left out
+    and kept in ``malformed`` (one MalformedRow per row, naming its table and id), so that
+    one bad row hides only itself and the caller decides how to report it."""
+
+    def __init__(self, records: Iterable[T] = (), malformed: Iterable[MalformedRow] = ()) -> None:
+        super().__init__(records)
+        self.malformed = list(malformed)
+
+
+class KeyedListing(_SetsAside, dict[str, V]):
+    """Like Listing, for records read by key (kernel configs)."""
+
+    def __init__(self, records: Iterable[tuple[str, V]] = (), malformed: Iterable[MalformedRow] = ()) -> None:
+        super().__init__(records)
+        self.malformed = list(malformed)
 
 
 @dataclass(frozen=True)
@@ -324,6 +358,10 @@ ARTIFACT_AOT_AUTOGRAD = "aot_autograd"  # AOTAutograd's cache entry (forward and
 ARTIFACT_DYNAMO = "dynamo"  # Dynamo's package (caching_precompile): traced code and guards
 ARTIFACT_CPP_KERNEL = "cpp_kernel"  # a compiled C++ kernel library (.so), by Inductor's source+flags hash
 ARTIFACT_KINDS = (ARTIFACT_FX_GRAPH, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_DYNAMO, ARTIFACT_CPP_KERNEL)
+# The largest payload a reader takes (AUTOTUNE_MAX_ARTIFACT_BYTES): a larger one is refused
+# before it is read, so a planted row cannot fill a job's memory. Compiled graphs with their
+# kernels are megabytes; a Dynamo package of a large model tens of megabytes.
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,11 @@ import logging
 import queue
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.cache.protocols import Store
+    from autotune.cache.records import Environment, TuningResult
 
 
 log = logging.getLogger(__name__)
@@ -28,7 +32,7 @@ log = logging.getLogger(__name__)
 class TuningWorker:
     """Tunes jobs (plain JSON) and stores each result at once."""
 
-    def __init__(self, store: Any | None, device: str, timeout: float = 600.0, lanes: int = 1,
+    def __init__(self, store: Store | None, device: str, timeout: float = 600.0, lanes: int = 1,
                  spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         from .child import ChildTuner
 
@@ -143,7 +147,7 @@ def _log_to(path: str | None) -> None:
 STORE_ERROR_KEY = "_store_error"
 
 
-def store_result(store: Any, result: Any) -> str | None:
+def store_result(store: Store, result: TuningResult) -> str | None:
     """Store one result; the store's one-line message if it could not (after its own
     retries), else None. Never raises for cache errors: the sweep decides what to do."""
     from autotune.cache.errors import CacheError
@@ -166,7 +170,8 @@ def _node_id() -> str | None:
         return None
 
 
-def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], store: Any | None = None) -> dict[str, Any]:
+def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any],
+                   store: Store | None = None) -> dict[str, Any]:
     """Capture on a Ray worker that has the target device (the sweep host may not).
 
     Padding verdicts are filed under the GPU's own environment, which only this node can
@@ -196,7 +201,7 @@ def remote_capture(model_source: str, model_name: str, kwargs: dict[str, Any], s
     }
 
 
-def _stored_pad_decisions(store: Any | None, env: Any | None) -> dict[str, dict[str, Any]]:
+def _stored_pad_decisions(store: Store | None, env: Environment | None) -> dict[str, dict[str, Any]]:
     """The padding verdicts stored for ``env``; none when the cache cannot be read from here
     (capture then times its own, as on a fresh cache)."""
     if store is None:

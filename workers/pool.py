@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.cache.records import TuningResult
 
@@ -34,6 +34,9 @@ from .actor import STORE_ERROR_KEY, TuningWorker, store_result
 from .cluster import check_address
 from .errors import WorkerError
 from .jobs import TuneJob, failed_result
+
+if TYPE_CHECKING:
+    from autotune.cache.protocols import Store
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +196,7 @@ class TuningPool:
     warmed again once Ray has restarted it, wherever there is room.
     """
 
-    def __init__(self, store: Any | None, device: str, actors: int, timeout: float, lanes: int = 1,
+    def __init__(self, store: Store | None, device: str, actors: int, timeout: float, lanes: int = 1,
                  spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         import ray
 
@@ -408,7 +411,7 @@ class PoolStarter:
     raised, e.g. a WorkerError); ``close()`` kills the actors.
     """
 
-    def __init__(self, address: str | None, store: Any | None, device: str, actors: int | None,
+    def __init__(self, address: str | None, store: Store | None, device: str, actors: int | None,
                  timeout: float, began: float | None = None, most: int | None = None, lanes: int = 1,
                  spares: str | None = None, fault: str = "", log_path: str | None = None) -> None:
         # actors: None for one per GPU that Ray sees; most: the job count, where known;

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 
-
 from autotune.cache import artifacts_store
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
-from autotune.cache.records import Artifact, ArtifactInfo
+from autotune.cache.records import MAX_ARTIFACT_BYTES, Artifact, ArtifactInfo, Listing
 from autotune.cache.store._connection import StoreBase, db_errors
+
+log = logging.getLogger(__name__)
+
 
 class ArtifactsMixin(StoreBase):
     # --------------------------------------------------------------- artifacts
@@ -27,12 +31,14 @@ class ArtifactsMixin(StoreBase):
         return self._write(lambda conn: artifacts_store.insert_once(conn, self._insert(A), values))
 
     @db_errors
-    def get_artifact(self, kind: str, key: str) -> Artifact | None:
+    def get_artifact(self, kind: str, key: str, max_bytes: int = MAX_ARTIFACT_BYTES) -> Artifact | None:
         """The artifact stored under (kind, key), payload and signature as stored, or None.
 
-        One indexed query; works on read-only stores and with SELECT-only roles.
+        One indexed query; works on read-only stores and with SELECT-only roles. A row that
+        fails validation raises MalformedRow, a payload over ``max_bytes`` among them (its
+        size is read first, the payload never).
         """
-        return self._read(lambda conn: artifacts_store.get(conn, kind, key))
+        return self._read(lambda conn: artifacts_store.get(conn, kind, key, max_bytes))
 
     @db_errors
     def has_artifact(self, kind: str, key: str) -> bool:
@@ -46,8 +52,9 @@ class ArtifactsMixin(StoreBase):
         device: str | None = None,
         signer: str | None = None,
         limit: int | None = 100,
-    ) -> list[ArtifactInfo]:
-        """Stored artifacts newest first, without payloads.
+    ) -> Listing[ArtifactInfo]:
+        """Stored artifacts newest first, without payloads; rows that fail validation are left
+        out, each in the listing's ``malformed``.
 
         device is a case-insensitive substring; signer a key fingerprint, or
         "unsigned"; limit None or 0 lists all.
@@ -55,14 +62,18 @@ class ArtifactsMixin(StoreBase):
         return self._read(lambda conn: artifacts_store.list_infos(conn, kind, device, signer, limit))
 
     def iter_artifacts(self) -> Iterator[Artifact]:
-        """Every stored artifact in id order, one query and one payload at a time."""
+        """Every stored artifact in id order, one query and one payload at a time; a row that
+        fails validation is left out with a warning."""
         last_id = 0
         while (found := self._artifact_after(last_id)) is not None:
             last_id, artifact = found
+            if isinstance(artifact, MalformedRow):
+                log.warning("%s", artifact)
+                continue
             yield artifact
 
     @db_errors
-    def _artifact_after(self, last_id: int) -> tuple[int, Artifact] | None:
+    def _artifact_after(self, last_id: int) -> tuple[int, Artifact | MalformedRow] | None:
         return self._read(lambda conn: artifacts_store.next_after(conn, last_id))
 
     def _put_artifacts(self, artifacts: Iterable[Artifact]) -> tuple[int, int]:

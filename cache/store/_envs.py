@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 
+from collections.abc import Iterable
+
 from sqlalchemy import Connection, bindparam, select
 
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import environments as E
 from autotune.cache.records import Environment
 from autotune.cache.store._connection import StoreBase
-from autotune.cache.store._rows import env_values
+from autotune.cache.store._reading import ENVIRONMENTS, env_from_row
+from autotune.cache.store._rows import BATCH, chunks, env_values
 
 _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 
 
 class EnvironmentsMixin(StoreBase):
-
-
     # -------------------------------------------------------------- env ids
 
     def _env_id(self, conn: Connection, env: Environment, env_key: str | None = None) -> int | None:
@@ -36,4 +38,15 @@ class EnvironmentsMixin(StoreBase):
         env_id = conn.execute(_ENV_ID, {"key": env.key}).scalar_one()
         self._env_ids[env.key] = env_id
         return env_id
+
+    def _envs_by_id(self, conn: Connection, ids: Iterable[int]) -> dict[int, Environment | MalformedRow]:
+        """The environments of these ids, each one read, or the error that says it cannot be."""
+        found: dict[int, Environment | MalformedRow] = {}
+        for chunk in chunks(sorted(set(ids)), BATCH):
+            for row in conn.execute(ENVIRONMENTS.select(self.dialect).where(E.c.id.in_(chunk))):
+                try:
+                    found[row.id] = env_from_row(row, self.dialect)
+                except MalformedRow as error:
+                    found[row.id] = error
+        return found
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import kernel_configs as K
-from autotune.cache.records import Environment, utcnow
+from autotune.cache.records import Environment, KeyedListing, utcnow
 from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
+from autotune.cache.store._reading import Reader, checking, kernel_config_from_values
 from autotune.cache.store._rows import json_safe
+
+KERNEL_CONFIGS = Reader(K.c.id, K.c.env_id, K.c.key, K.c.value)
+
 
 class KernelConfigsMixin(EnvironmentsMixin):
     @db_errors
@@ -21,17 +26,25 @@ class KernelConfigsMixin(EnvironmentsMixin):
         self.put_kernel_configs(env, {key: value})
 
     @db_errors
-    def kernel_configs(self, env: Environment, prefix: str = "") -> dict[str, dict[str, Any]]:
-        """Every kernel config stored for env whose key starts with prefix."""
+    def kernel_configs(self, env: Environment, prefix: str = "") -> KeyedListing[dict[str, Any]]:
+        """Every kernel config stored for env whose key starts with prefix; rows that fail
+        validation are left out, each in the listing's ``malformed``."""
 
-        def work(conn: Connection) -> dict[str, dict[str, Any]]:
+        def work(conn: Connection) -> KeyedListing[dict[str, Any]]:
+            found: KeyedListing[dict[str, Any]] = KeyedListing()
             env_id = self._env_id(conn, env)
             if env_id is None:
-                return {}
-            query = select(K.c.key, K.c.value).where(K.c.env_id == env_id)
+                return found
+            query = KERNEL_CONFIGS.select(self.dialect).where(K.c.env_id == env_id)
             if prefix:
                 query = query.where(K.c.key.startswith(prefix, autoescape=True))
-            return {key: value for key, value in conn.execute(query)}
+            for row in conn.execute(query):
+                try:
+                    key, value = self._kernel_config(row)
+                    found[key] = value
+                except MalformedRow as error:
+                    found.set_aside(error)
+            return found
 
         return self._read(work)
 
@@ -60,12 +73,20 @@ class KernelConfigsMixin(EnvironmentsMixin):
 
     @db_errors
     def get_kernel_config(self, env: Environment, key: str) -> dict[str, Any] | None:
+        """The config stored under (env, key), or None; MalformedRow when its row fails validation."""
+
         def work(conn: Connection) -> dict[str, Any] | None:
             env_id = self._env_id(conn, env)
             if env_id is None:
                 return None
-            query = select(K.c.value).where(K.c.env_id == env_id, K.c.key == key)
-            return conn.execute(query).scalar_one_or_none()
+            query = KERNEL_CONFIGS.select(self.dialect).where(K.c.env_id == env_id, K.c.key == key)
+            row = conn.execute(query).one_or_none()
+            return None if row is None else self._kernel_config(row)[1]
 
         return self._read(work)
+
+    def _kernel_config(self, row: Any) -> tuple[str, dict[str, Any]]:
+        with checking("kernel_configs", row.id):
+            values = KERNEL_CONFIGS.values(row, self.dialect)
+            return kernel_config_from_values(values["key"], values["value"])
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, delete, func, select
 
 from autotune.cache import artifacts_store, jsonl, schema
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
 from autotune.cache.models import candidates as C
 from autotune.cache.models import environments as E
@@ -26,9 +27,10 @@ from autotune.cache.models import requests as R
 from autotune.cache.records import Environment, TuningResult, utcnow
 from autotune.cache.store._connection import db_errors
 from autotune.cache.store._artifacts import ArtifactsMixin
-from autotune.cache.store._kernel_configs import KernelConfigsMixin
 from autotune.cache.store._results import ResultsMixin
-from autotune.cache.store._rows import BATCH, chunks, env_filter, env_from_row, same
+from autotune.cache.store._kernel_configs import KERNEL_CONFIGS, KernelConfigsMixin
+from autotune.cache.store._reading import environment_of
+from autotune.cache.store._rows import BATCH, chunks, env_filter, same
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +175,18 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
         return jsonl.write(fp, results, self._all_kernel_configs(), self.iter_artifacts())
 
     def _all_kernel_configs(self) -> list[jsonl.KernelConfig]:
+        """Every kernel config; a row that fails validation is left out with a warning."""
+
         def work(conn: Connection) -> list[jsonl.KernelConfig]:
-            envs = {e.id: env_from_row(e) for e in conn.execute(select(E))}
-            rows = conn.execute(select(K.c.env_id, K.c.key, K.c.value).order_by(K.c.id))
-            return [jsonl.KernelConfig(envs[row.env_id], row.key, row.value) for row in rows]
+            envs = self._envs_by_id(conn, conn.execute(select(E.c.id)).scalars())
+            found = []
+            for row in conn.execute(KERNEL_CONFIGS.select(self.dialect).order_by(K.c.id)):
+                try:
+                    env = environment_of("kernel_configs", row, envs)
+                    found.append(jsonl.KernelConfig(env, *self._kernel_config(row)))
+                except MalformedRow as error:
+                    log.warning("%s", error)
+            return found
 
         return self._read(work)
 
@@ -217,7 +227,10 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
     def _import_batch(self, conn: Connection, batch: Sequence[TuningResult]) -> int:
         now, written = utcnow(), 0
         for result in batch:
-            existing = self._lookup(conn, result.env, result.request.key)
+            try:
+                existing = self._lookup(conn, result.env, result.request.key)
+            except MalformedRow:  # the import writes a good row in its place
+                existing = None
             if existing is None or not same(existing, result):
                 self._put(conn, result, now)
                 written += 1

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import socket
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from autotune.cache.models import environments as E
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import misses as M
-from autotune.cache.records import Environment, MissRecord, TuningRequest, utcnow
+from autotune.cache.records import Environment, Listing, MissRecord, TuningRequest, utcnow
 from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
-from autotune.cache.store._rows import env_from_row, miss_from_row, request_values
+from autotune.cache.store._reading import MISSES, environment_of, miss_from_row
+from autotune.cache.store._rows import request_values
+
 
 class MissesMixin(EnvironmentsMixin):
     @db_errors
@@ -49,20 +51,27 @@ class MissesMixin(EnvironmentsMixin):
         self._write(work)
 
     @db_errors
-    def misses(self, env: Environment | None = None) -> list[MissRecord]:
-        """Logged misses, most frequent first; all environments unless env is given."""
+    def misses(self, env: Environment | None = None) -> Listing[MissRecord]:
+        """Logged misses, most frequent first; all environments unless env is given. Rows that
+        fail validation are left out, each in the listing's ``malformed``."""
 
-        def work(conn: Connection) -> list[MissRecord]:
-            query = select(M).order_by(M.c.count.desc(), M.c.id)
+        def work(conn: Connection) -> Listing[MissRecord]:
+            found: Listing[MissRecord] = Listing()
+            query = MISSES.select(self.dialect).order_by(M.c.count.desc(), M.c.id)
             if env is not None:
                 env_id = self._env_id(conn, env)
                 if env_id is None:
-                    return []
+                    return found
                 query = query.where(M.c.env_id == env_id)
             rows = conn.execute(query).all()
-            env_rows = conn.execute(select(E).where(E.c.id.in_({r.env_id for r in rows}))).all()
-            envs = {e.id: env_from_row(e) for e in env_rows}
-            return [miss_from_row(envs[r.env_id], r) for r in rows]
+            envs = self._envs_by_id(conn, (r.env_id for r in rows))
+            for row in rows:
+                try:
+                    stored_env = environment_of("misses", row, envs)
+                    found.append(miss_from_row(stored_env, row, self.dialect))
+                except MalformedRow as error:
+                    found.set_aside(error)
+            return found
 
         return self._read(work)
 

@@ -4,44 +4,39 @@ every read of them (the hook's lookup is the hot path)."""
 from __future__ import annotations
 
 import logging
+import math
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, bindparam, delete, exc, func, select
 from sqlalchemy.dialects import postgresql
 
+from autotune.cache.errors import MalformedRow
 from autotune.cache.models import candidates as C
-from autotune.cache.models import environments as E
 from autotune.cache.models import misses as M
 from autotune.cache.models import requests as R
-from autotune.cache.records import STATUS_OK, Environment, TuningResult, utcnow
+from autotune.cache.records import STATUS_OK, Environment, Listing, TuningResult, utcnow
 from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
-from autotune.cache.store._rows import (
-    BATCH,
-    candidate_values,
-    chunks,
-    dedupe,
-    env_filter,
-    env_from_row,
-    result_from_rows,
-    result_values,
-)
+from autotune.cache.store._reading import CANDIDATES, REQUESTS, environment_of, result_from_rows
+from autotune.cache.store._rows import BATCH, candidate_values, chunks, dedupe, env_filter, result_values
 
 log = logging.getLogger(__name__)
 
-_LOOKUP_REQUEST = select(R).where(R.c.env_id == bindparam("env_id"), R.c.key == bindparam("key"))
+# SQLite's lookup (PostgreSQL's is _PG_LOOKUP): rows as stored, each checked as it becomes a record.
+_LOOKUP_REQUEST = REQUESTS.select("sqlite").where(R.c.env_id == bindparam("env_id"), R.c.key == bindparam("key"))
 _LOOKUP_CANDIDATES = (
-    select(C).where(C.c.request_id == bindparam("request_id")).order_by(C.c.position)
+    CANDIDATES.select("sqlite").where(C.c.request_id == bindparam("request_id")).order_by(C.c.position)
 )
 _CANDIDATE_FIELDS = (
-    "choice_hash", "kind", "name", "description", "template_id",
+    "id", "choice_hash", "kind", "name", "description", "template_id",
     "params", "time_ms", "failure_kind", "failure_message",
 )  # fmt: skip
+# How PostgreSQL's JSON writes the float8 values JSON has no number for.
+_PG_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _pg_lookup_statement() -> sa.Select[Any]:
@@ -125,7 +120,10 @@ class ResultsMixin(EnvironmentsMixin):
 
     @db_errors
     def lookup(self, env: Environment, request_key: str) -> TuningResult | None:
-        """The stored result (any status) for (env, request key), or None. Hot path."""
+        """The stored result (any status) for (env, request key), or None. Hot path.
+
+        Raises MalformedRow for a stored row that fails validation (the caller treats it as absent).
+        """
         return self._read(lambda conn: self._lookup(conn, env, request_key))
 
     def _lookup(self, conn: Connection, env: Environment, key: str) -> TuningResult | None:
@@ -137,7 +135,7 @@ class ResultsMixin(EnvironmentsMixin):
         params = {"env_id": env_id, "key": key}
         if self.dialect == "postgresql":
             row = _pg_lookup_row(conn, params)
-            cands: list[Any] = [SimpleNamespace(**c) for c in (row.candidates_json if row else None) or ()]
+            cands: list[Any] = [_pg_candidate(c) for c in (row.candidates_json if row else None) or ()]
         else:  # SQLite reads run in one transaction: both queries see one snapshot
             row = conn.execute(_LOOKUP_REQUEST, params).one_or_none()
             cands = [] if row is None else conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
@@ -146,12 +144,15 @@ class ResultsMixin(EnvironmentsMixin):
                 # The env may have been pruned and re-created under a new id.
                 self._env_ids.pop(env_key, None)
             return None
-        return result_from_rows(env, row, cands)
+        return result_from_rows(env, row, cands, self.dialect)
 
     @db_errors
     def get(self, request_id: int) -> TuningResult | None:
-        """The result stored under an integer row id (as listed by list_results)."""
-        found = self._read(lambda conn: self._results_for(conn, select(R).where(R.c.id == request_id)))
+        """The result stored under an integer row id (as listed by list_results); MalformedRow
+        when that row fails validation."""
+        found = self._read(lambda conn: self._results_for(conn, self._requests().where(R.c.id == request_id)))
+        if found.malformed:
+            raise found.malformed[0]
         return found[0][1] if found else None
 
     @db_errors
@@ -161,9 +162,10 @@ class ResultsMixin(EnvironmentsMixin):
         device: str | None = None,
         limit: int | None = None,
         status: str | None = None,
-    ) -> list[tuple[int, TuningResult]]:
-        """(row id, result) pairs in id order, optionally filtered."""
-        query = select(R).order_by(R.c.id)
+    ) -> Listing[tuple[int, TuningResult]]:
+        """(row id, result) pairs in id order, optionally filtered; rows that fail validation
+        are left out, each in the listing's ``malformed``."""
+        query = self._requests().order_by(R.c.id)
         if op:
             query = query.where(R.c.op == op)
         if status:
@@ -175,29 +177,49 @@ class ResultsMixin(EnvironmentsMixin):
         return self._read(lambda conn: self._results_for(conn, query))
 
     def iter_results(self, batch: int = 1000) -> Iterator[tuple[int, TuningResult]]:
-        """Every stored result in id order, a batch per query (for export)."""
+        """Every stored result in id order, a batch per query (for export); a row that fails
+        validation is left out with a warning."""
         last_id = 0
-        while rows := self._results_after(last_id, batch):
-            yield from rows
-            last_id = rows[-1][0]
+        while (page := self._results_after(last_id, batch)) is not None:
+            last_id, found = page
+            for error in found.malformed:
+                log.warning("%s", error)
+            yield from found
 
     @db_errors
-    def _results_after(self, last_id: int, batch: int) -> list[tuple[int, TuningResult]]:
-        query = select(R).where(R.c.id > last_id).order_by(R.c.id).limit(batch)
-        return self._read(lambda conn: self._results_for(conn, query))
+    def _results_after(self, last_id: int, batch: int) -> tuple[int, Listing[tuple[int, TuningResult]]] | None:
+        """The last id of the next ``batch`` requests rows, and their results; None past the end."""
 
-    def _results_for(self, conn: Connection, query: sa.Select[Any]) -> list[tuple[int, TuningResult]]:
+        def work(conn: Connection) -> tuple[int, Listing[tuple[int, TuningResult]]] | None:
+            ids = conn.execute(select(R.c.id).where(R.c.id > last_id).order_by(R.c.id).limit(batch)).scalars().all()
+            if not ids:
+                return None
+            return ids[-1], self._results_for(conn, self._requests().where(R.c.id.in_(ids)).order_by(R.c.id))
+
+        return self._read(work)
+
+    def _requests(self) -> sa.Select[Any]:
+        return REQUESTS.select(self.dialect)
+
+    def _results_for(self, conn: Connection, query: sa.Select[Any]) -> Listing[tuple[int, TuningResult]]:
+        """The results of the requests rows ``query`` selects (``_requests()``), each row checked."""
+        found: Listing[tuple[int, TuningResult]] = Listing()
         rows = conn.execute(query).all()
         if not rows:
-            return []
-        env_rows = conn.execute(select(E).where(E.c.id.in_({r.env_id for r in rows}))).all()
-        envs = {e.id: env_from_row(e) for e in env_rows}
+            return found
+        envs = self._envs_by_id(conn, (r.env_id for r in rows))
         cands: dict[int, list[Any]] = {r.id: [] for r in rows}
         for chunk in chunks([r.id for r in rows], BATCH):
-            query = select(C).where(C.c.request_id.in_(chunk)).order_by(C.c.request_id, C.c.position)
-            for cand in conn.execute(query):
+            query = CANDIDATES.select(self.dialect).where(C.c.request_id.in_(chunk))
+            for cand in conn.execute(query.order_by(C.c.request_id, C.c.position)):
                 cands[cand.request_id].append(cand)
-        return [(r.id, result_from_rows(envs[r.env_id], r, cands[r.id])) for r in rows]
+        for row in rows:
+            try:
+                env = environment_of("requests", row, envs)
+                found.append((row.id, result_from_rows(env, row, cands[row.id], self.dialect)))
+            except MalformedRow as error:
+                found.set_aside(error)
+        return found
 
     @db_errors
     def cached_request_keys(self, env: Environment) -> set[str]:
@@ -213,21 +235,23 @@ class ResultsMixin(EnvironmentsMixin):
         return self._read(work)
 
     @db_errors
-    def results_for_env(self, env: Environment, status: str | None = STATUS_OK) -> list[TuningResult]:
-        """Every result stored for env (status ok unless told), with candidates.
+    def results_for_env(self, env: Environment, status: str | None = STATUS_OK) -> Listing[TuningResult]:
+        """Every result stored for env (status ok unless told), with candidates; rows that fail
+        validation are left out, each in the listing's ``malformed``.
 
         The warm-start hook reads this once per process to learn which Triton
         configs won, so it can skip generating the ones that lost.
         """
 
-        def work(conn: Connection) -> list[TuningResult]:
+        def work(conn: Connection) -> Listing[TuningResult]:
             env_id = self._env_id(conn, env)
             if env_id is None:
-                return []
-            query = select(R).where(R.c.env_id == env_id).order_by(R.c.id)
+                return Listing()
+            query = self._requests().where(R.c.env_id == env_id).order_by(R.c.id)
             if status:
                 query = query.where(R.c.status == status)
-            return [result for _, result in self._results_for(conn, query)]
+            found = self._results_for(conn, query)
+            return Listing((result for _, result in found), found.malformed)
 
         return self._read(work)
 
@@ -259,6 +283,14 @@ def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
     row = _PgLookupRow(*record)
     # The driver returns the session's time zone; records use UTC.
     return row._replace(created_at=_utc(row.created_at), updated_at=_utc(row.updated_at))
+
+
+def _pg_candidate(data: dict[str, Any]) -> dict[str, Any]:
+    """A candidate as PostgreSQL's JSON gave it, its float8 time back as a float."""
+    time_ms = data.get("time_ms")
+    if isinstance(time_ms, str) and time_ms in _PG_FLOAT_WORDS:
+        return {**data, "time_ms": _PG_FLOAT_WORDS[time_ms]}
+    return data
 
 
 def _exists(conn: Connection, table: sa.Table, *where: sa.ColumnElement[bool]) -> bool:

@@ -1,10 +1,11 @@
-"""Rows <-> records: pure conversions and small helpers shared by the store's mixins."""
+"""Records -> rows: pure conversions and small helpers shared by the store's mixins (rows ->
+records, each row checked, are in ``_reading``)."""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -12,16 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy import func, select
 
 from autotune.cache.models import environments as E
-from autotune.cache.records import (
-    CandidateResult,
-    Environment,
-    InputLayout,
-    MissRecord,
-    Provenance,
-    TuningRequest,
-    TuningResult,
-    utcnow,
-)
+from autotune.cache.records import CandidateResult, Environment, TuningRequest, TuningResult, utcnow
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -99,19 +92,6 @@ def env_values(env: Environment) -> dict[str, Any]:
     }
 
 
-def env_from_row(row: Any) -> Environment:
-    return Environment(
-        device_kind=row.device_kind,
-        device_name=row.device_name,
-        torch_version=row.torch_version,
-        triton_version=row.triton_version,
-        cuda_version=row.cuda_version,
-        system_hash=row.system_hash,
-        config_fingerprint=row.config_fingerprint,
-        config=dict(row.config or {}),
-    )
-
-
 def request_values(request: TuningRequest) -> dict[str, Any]:
     return {
         "key": request.key,
@@ -122,18 +102,6 @@ def request_values(request: TuningRequest) -> dict[str, Any]:
         "params": json_safe(request.params, "request.params"),
         "choice_hashes": list(request.choice_hashes),
     }
-
-
-def request_from_row(row: Any) -> TuningRequest:
-    # Built directly (not from_json, which sorts) so choice_hashes keep their order.
-    return TuningRequest(
-        op=row.op,
-        inputs_key=row.inputs_key,
-        precision=row.precision,
-        inputs=tuple(InputLayout.from_json(i) for i in row.inputs or ()),
-        params=dict(row.params or {}),
-        choice_hashes=tuple(row.choice_hashes or ()),
-    )
 
 
 def result_values(result: TuningResult, env_id: int, now: datetime) -> dict[str, Any]:
@@ -168,47 +136,3 @@ def candidate_values(cand: CandidateResult, position: int, request_id: int) -> d
         "failure_kind": cand.failure_kind,
         "failure_message": cand.failure_message,
     }
-
-
-def candidate_from_row(row: Any) -> CandidateResult:
-    return CandidateResult(
-        choice_hash=row.choice_hash,
-        kind=row.kind,
-        name=row.name,
-        description=row.description,
-        template_id=row.template_id,
-        params=dict(row.params or {}),
-        time_ms=row.time_ms,
-        failure_kind=row.failure_kind,
-        failure_message=row.failure_message,
-    )
-
-
-def result_from_rows(env: Environment, row: Any, cands: Iterable[Any]) -> TuningResult:
-    return TuningResult(
-        env=env,
-        request=request_from_row(row),
-        candidates=tuple(candidate_from_row(c) for c in cands),
-        winner_hash=row.winner_hash,
-        status=row.status,
-        validation=row.validation,
-        error=row.error,
-        provenance=Provenance(
-            created_at=row.created_at,
-            host=row.host,
-            sweep_id=row.sweep_id,
-            tuning_seconds=row.tuning_seconds,
-            source=row.source,
-        ),
-    )
-
-
-def miss_from_row(env: Environment, row: Any) -> MissRecord:
-    return MissRecord(
-        env=env,
-        request=request_from_row(row),
-        first_seen=row.first_seen,
-        last_seen=row.last_seen,
-        count=row.count,
-        host=row.host,
-    )
