@@ -32,6 +32,9 @@ from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
 from autotune.cache.models import requests as requests_table
 from autotune.cache.schema import MIGRATIONS_DIR, head_revision
 
+# The fast subset CI also runs on the oldest supported torch (.ci/run).
+pytestmark = pytest.mark.torch_subset
+
 # ------------------------------------------------------------------ round trip
 
 
