@@ -10,7 +10,8 @@ wrapper asks every active rule and descends only when none keeps the launcher as
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import seams
 from .patching import StackedPatch

@@ -15,7 +15,8 @@ says so, and ``warm_start()`` warns once), and nothing else changes.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from .seams import Seam, SeamMissing
 

@@ -102,7 +102,7 @@ def test_a_torch_without_a_seam_gets_doctors_off_and_exit_1_and_one_warning_and_
     env = {**os.environ, "AUTOTUNE_SIGNING_KEY": str(signing_keys["writer"]), "PYTHONUNBUFFERED": "1",
            "AUTOTUNE_LOOKUP_TIMEOUT": "60"}  # a loaded CI machine must not turn the cache off mid-test
     proc = subprocess.run([sys.executable, str(TESTS / "seam_job.py"), DELETED.path, str(doctor_out),
-                           str(job_out), "--cache", url], capture_output=True, text=True, timeout=300, env=env)
+                           str(job_out), "--cache", url], check=False, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     doctor = json.loads(doctor_out.read_text())
