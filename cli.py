@@ -908,5 +908,26 @@ def keys_show(path: str) -> None:
     _out().print(f"{fingerprint(public)}  ed25519 {public.hex()}")
 
 
+# ------------------------------------------------------------------ doctor
+
+
+@main.command()
+@_json_option
+def doctor(as_json: bool) -> None:
+    """Print torch, Triton, Python and the device, then each feature on or off, naming the
+    torch attribute it misses. Exit 0 when every feature this machine uses is on, else 1.
+
+    \b
+    Example:
+        autotune doctor
+        autotune doctor --json | jq '.features[] | select(.on | not)'
+    """
+    from autotune.doctor import diagnose, exit_code, render
+
+    report = diagnose()
+    click.echo(json.dumps(report, indent=2) if as_json else "\n".join(render(report)))
+    raise SystemExit(exit_code(report))
+
+
 if __name__ == "__main__":  # python -m autotune.cli, as the `autotune` script
     main()

@@ -42,6 +42,7 @@ from autotune.cache.signing import OK, Signer, TrustedKeys
 from autotune.cache.text import escape_control
 
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
+from autotune.inductor_glue import seams
 from autotune.inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -138,9 +139,7 @@ class ArtifactTier:
 
 
 def _backend_class() -> type:
-    from torch._inductor.remote_cache import RemoteCacheBackend
-
-    class SignedStoreBackend(RemoteCacheBackend):  # type: ignore[type-arg,misc]
+    class SignedStoreBackend(seams.REMOTE_BACKEND.resolve()):  # type: ignore[type-arg,misc]
         """Bytes in, bytes out: Inductor's JSON serde sits above, so this sees the
         exact bytes that will be decoded (and unpickled) after a get."""
 
@@ -171,26 +170,22 @@ class _Switches:
     """Inductor's remote-cache switches and backend overrides, set while a tier is active."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved: list[tuple[seams.Seam, Any]] = []
 
     def on(self) -> None:
-        import torch._functorch.config as functorch_config
-        from torch._inductor import config
-        from torch._inductor import remote_cache as rc
-
-        for owner, name, value in (
-            (config, "fx_graph_remote_cache", True),
-            (functorch_config, "enable_remote_autograd_cache", True),
-            (rc.RemoteFxGraphCache, "backend_override_cls", _backend_for(ARTIFACT_FX_GRAPH)),
-            (rc.RemoteAOTAutogradCache, "backend_override_cls", _backend_for(ARTIFACT_AOT_AUTOGRAD)),
+        for seam, value in (
+            (seams.FX_REMOTE_SWITCH, True),
+            (seams.AOT_REMOTE_SWITCH, True),
+            (seams.FX_BACKEND_OVERRIDE, _backend_for(ARTIFACT_FX_GRAPH)),
+            (seams.AOT_BACKEND_OVERRIDE, _backend_for(ARTIFACT_AOT_AUTOGRAD)),
         ):
-            self._saved.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, value)
+            self._saved.append((seam, seam.get()))
+            seam.set(value)
 
     def off(self) -> None:
         while self._saved:
-            owner, name, value = self._saved.pop()
-            setattr(owner, name, value)
+            seam, value = self._saved.pop()
+            seam.set(value)
 
 
 # --------------------------------------------------------------------- C++ kernels
@@ -236,12 +231,6 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
     return build
 
 
-def _cpp_builder_class() -> type:
-    from torch._inductor.cpp_builder import CppBuilder
-
-    return CppBuilder
-
-
 # The tiers installed, innermost last: Inductor builds its backends itself, so they find the tier here.
 _TIERS: list[ArtifactTier] = []
 
@@ -253,20 +242,24 @@ def _active() -> ArtifactTier | None:
 # Every C++ build Inductor makes goes through CppBuilder.build: kernel libraries, their
 # object files, and the probes that pick the CPU's vector ISA (which compile and load
 # small programs in every fresh cache dir: 6 s of a CPU warm start here).
-_COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(_cpp_builder_class, "build", _patched_build)
+_COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(seams.CPP_BUILD, _patched_build)
 
 
 class ArtifactSeams:
-    """Installs the tier into torch's caches; ``remove()`` puts everything back."""
+    """Installs the tier into torch's caches; ``remove()`` puts everything back. A torch
+    without one of the FX/AOT or C++ seams gets none of them (one warning), and Dynamo's
+    package, which has seams of its own, may still serve."""
 
     def __init__(self, tier: ArtifactTier, *, dynamo_package: bool) -> None:
         from . import dynamo_package as packages
 
         self.tier = tier
         self._switches = _Switches()
-        self._switches.on()
+        self._graphs = seams.usable(seams.ARTIFACTS)
+        if self._graphs:
+            self._switches.on()
+            _COMPILE_CPP.push(tier)
         _TIERS.append(tier)
-        _COMPILE_CPP.push(tier)
         self.package = packages.install(tier) if dynamo_package else None
 
     def publish_packages(self) -> int:
@@ -283,7 +276,8 @@ class ArtifactSeams:
         if self.package is not None:
             self.package.remove()
             self.package = None
-        _COMPILE_CPP.pop()
+        if self._graphs:
+            _COMPILE_CPP.pop()
         if self.tier in _TIERS:
             _TIERS.remove(self.tier)
         self._switches.off()

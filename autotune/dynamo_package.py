@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from autotune.cache.records import ARTIFACT_DYNAMO
 
+from autotune.inductor_glue import seams
 from autotune.inductor_glue.patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -39,22 +40,19 @@ log = logging.getLogger(__name__)
 
 class PackageSeam:
     def __init__(self, tier: Any) -> None:
-        import torch._dynamo.config as dynamo_config
-
         self.tier = tier
         self.keys: dict[str, str] = {}  # torch's source id -> our key, filled at load time
         self.published: set[str] = set()
         self.refused = 0
-        self._config = dynamo_config
-        self._previous = dynamo_config.caching_precompile
-        dynamo_config.caching_precompile = True
+        self._previous = seams.CACHING_PRECOMPILE.get()
+        seams.CACHING_PRECOMPILE.set(True)
         for patch in _PATCHES:
             patch.push(self)
 
     def remove(self) -> None:
         for patch in reversed(_PATCHES):
             patch.pop()
-        self._config.caching_precompile = self._previous
+        seams.CACHING_PRECOMPILE.set(self._previous)
 
     # --- load side -----------------------------------------------------------------
     def before_load(self, fn: Any) -> None:
@@ -283,43 +281,22 @@ def _backend_config(callback: Any) -> contextlib.AbstractContextManager[Any]:
     return inductor_config.patch(options)
 
 
-def _dynamo_context_class() -> type:
-    from torch._dynamo.eval_frame import _TorchDynamoContext
-
-    return _TorchDynamoContext
-
-
-def _compile_package_class() -> type:
-    from torch._dynamo.package import CompilePackage
-
-    return CompilePackage
-
-
-def _check_function_manager_class() -> type:
-    from torch._dynamo.guards import CheckFunctionManager
-
-    return CheckFunctionManager
-
-
-def _disk_dynamo_cache_class() -> type:
-    from torch._dynamo.package import DiskDynamoCache
-
-    return DiskDynamoCache
-
-
-_LOAD: StackedPatch[PackageSeam] = StackedPatch(_disk_dynamo_cache_class, "load", _patched_load)
-_GUARDS: StackedPatch[PackageSeam] = StackedPatch(_check_function_manager_class, "serialize_guards",
-                                                  _patched_serialize_guards)
-_ADD: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "add_guarded_code", _patched_add_guarded_code)
-_INSTALL: StackedPatch[PackageSeam] = StackedPatch(_compile_package_class, "install", _patched_install)
-_CONTEXT: StackedPatch[PackageSeam] = StackedPatch(_dynamo_context_class, "__call__", _patched_context_call)
+_LOAD: StackedPatch[PackageSeam] = StackedPatch(seams.PACKAGE_LOAD, _patched_load)
+_GUARDS: StackedPatch[PackageSeam] = StackedPatch(seams.SERIALIZE_GUARDS, _patched_serialize_guards)
+_ADD: StackedPatch[PackageSeam] = StackedPatch(seams.ADD_GUARDED_CODE, _patched_add_guarded_code)
+_INSTALL: StackedPatch[PackageSeam] = StackedPatch(seams.PACKAGE_INSTALL, _patched_install)
+_CONTEXT: StackedPatch[PackageSeam] = StackedPatch(seams.DYNAMO_CONTEXT_CALL, _patched_context_call)
 _PATCHES = (_LOAD, _GUARDS, _ADD, _INSTALL, _CONTEXT)
 
 
 def install(tier: Any) -> PackageSeam | None:
-    """The seam, or None where this torch has no Dynamo package support."""
-    try:
-        return PackageSeam(tier)
-    except (ImportError, AttributeError) as exc:
-        log.info("autotune: no Dynamo package support in this torch (%s)", exc)
+    """The seam, or None where this torch lacks one that Dynamo's package needs (warned once,
+    naming it): on a GPU that includes the CUDA-graph reload's, since a package loaded
+    without it runs its graphs without CUDA graphs."""
+    import torch
+
+    if not seams.usable(seams.DYNAMO_PACKAGE):
         return None
+    if torch.cuda.is_available() and not seams.usable(seams.CUDAGRAPH_RELOAD):
+        return None
+    return PackageSeam(tier)

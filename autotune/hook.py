@@ -46,6 +46,7 @@ from autotune.inductor_glue.inductor import (
 )
 from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 
+from autotune.inductor_glue import seams
 from autotune.inductor_glue.fusion import PREFIX as FUSION_PREFIX
 from autotune.inductor_glue.pinning import Pin, PinIndex
 from .plan import shape_summary
@@ -572,19 +573,15 @@ class WarmStart:
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._benchmarks_before = benchmarks_run()  # the stats count this process's from here
         self._policy = policy
-        self._selector = install(policy, lazy=True)  # built at the first lowering, if any
         gpu = _triton_device()
-        self._kernel_device = gpu if policy.settings.kernel_configs else None
+        off = seams.usable_all(_features_in_use(policy.settings, gpu))  # one warning per feature a seam turns off
+        # Built at the first lowering, if any; None where this torch lacks the selector's seams.
+        self._selector = install(policy, lazy=True) if seams.GEMM_SERVING.key not in off else None
+        self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
-        self._serving_decisions = gpu is not None and policy.settings.verdicts
-        if self._serving_decisions:
-            from autotune.inductor_glue import fusion, padding
-
-            policy.fusion_device = gpu
-            fusion.push(_DecisionBook(policy, gpu, fusion.PREFIX, "fusion_verdicts"))
-            padding.push(_DecisionBook(policy, gpu, padding.PREFIX, "pad_decisions"))
+        self._verdicts = _verdict_modules(policy, gpu, off)
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
@@ -649,7 +646,8 @@ class WarmStart:
         global _active
         if not self.installed:
             return
-        uninstall(self._selector)
+        if self._selector is not None:
+            uninstall(self._selector)
         if self._artifacts is not None:
             self._publish_packages()
             self._artifacts.remove()
@@ -659,11 +657,8 @@ class WarmStart:
             kernel_configs.release_compiles()
             if self._kernel_device is not None:
                 kernel_configs.pop()
-        if self._serving_decisions:
-            from autotune.inductor_glue import fusion, padding
-
-            fusion.pop()
-            padding.pop()
+        for module in self._verdicts:
+            module.pop()
         self._policy.close()
         self.installed = False
         if _active is self:
@@ -709,6 +704,32 @@ class _DecisionBook:
         entries = self._policy.stats.verdict_log
         if len(entries) < 256:
             entries.append(f"{self._kind} {what} {key} {json.dumps(value, sort_keys=True, default=str)}")
+
+
+def _features_in_use(settings: Settings, gpu: str | None) -> list[seams.Feature]:
+    """The features this hook turns on, by its settings and device (the artifact tier's
+    own are checked where it installs them, autotune/artifacts.py)."""
+    wanted = {seams.GEMM_SERVING: True, seams.PINNING: settings.pin, seams.KERNEL_CONFIGS: settings.kernel_configs,
+              seams.FUSION_VERDICTS: settings.verdicts, seams.PADDING_VERDICTS: settings.verdicts}
+    return [feature for feature, on in wanted.items() if on and (gpu is not None or not feature.gpu_only)]
+
+
+def _verdict_modules(policy: ServePolicy, gpu: str | None, off: set[str]) -> list[Any]:
+    """Serve the stored fusion and padding verdicts on a GPU (each unless a seam turns it off);
+    the modules to pop at uninstall."""
+    if gpu is None or not policy.settings.verdicts:
+        return []
+    from autotune.inductor_glue import fusion, padding
+
+    serving = []
+    for feature, module, kind in ((seams.FUSION_VERDICTS, fusion, "fusion_verdicts"),
+                                  (seams.PADDING_VERDICTS, padding, "pad_decisions")):
+        if feature.key not in off:
+            module.push(_DecisionBook(policy, gpu, module.PREFIX, kind))
+            serving.append(module)
+    if fusion in serving:
+        policy.fusion_device = gpu
+    return serving
 
 
 _active: WarmStart | None = None

@@ -24,6 +24,7 @@ import logging
 import os
 from typing import Any, Callable
 
+from autotune.inductor_glue import descent, seams
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue.patching import StackedPatch
 
@@ -112,26 +113,19 @@ def _patched_save(original: Any, patch: StackedPatch[Saver]) -> Any:
     return save
 
 
-def _autotune_cache_class() -> type:
-    from torch._inductor.runtime.autotune_cache import AutotuneCache
-
-    return AutotuneCache
+_SAVE: StackedPatch[Saver] = StackedPatch(seams.AUTOTUNE_CACHE_SAVE, _patched_save)
 
 
-_SAVE: StackedPatch[Saver] = StackedPatch(_autotune_cache_class, "save", _patched_save)
-
-
-def _trusting_coordesc(original: Any, patch: StackedPatch[bool]) -> Any:
-    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if patch.top and (_cache_hit(self) or _stored_config_is(self, getattr(launcher, "config", None))):
-            try:
-                launcher.config.found_by_coordesc = True
-            except AttributeError:
-                pass
-            return launcher
-        return original(self, launcher, *args, **kwargs)
-
-    return coordinate_descent_tuning
+def _served_config(autotuner: Any, launcher: Any) -> bool:
+    """The coordinate-descent rule (inductor_glue/descent.py): keep a launcher whose config
+    came from the cache, marked as descent's own."""
+    if not (_cache_hit(autotuner) or _stored_config_is(autotuner, getattr(launcher, "config", None))):
+        return False
+    try:
+        launcher.config.found_by_coordesc = True
+    except AttributeError:
+        pass
+    return True
 
 
 def _cache_hit(autotuner: Any) -> bool:
@@ -175,19 +169,11 @@ def _stored_config_is(autotuner: Any, config: Any) -> bool:
             and stored.get("num_stages") == getattr(config, "num_stages", None))
 
 
-def _caching_autotuner_class() -> type:
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-    return CachingAutotuner
-
-
-# Do not run coordinate descent again on a kernel whose config came from the cache.
-# Inductor (2.11) re-runs it when the cached config is also one of the kernel's
-# heuristic configs (coordinate descent found nothing better): the compiled heuristic
-# config lacks the "found by coordesc" mark. On an H200 that was 5 of ResNet-18's 17
-# kernels and 4 s of a warm compile, for the same answer.
-_TRUST: StackedPatch[bool] = StackedPatch(_caching_autotuner_class, "coordinate_descent_tuning",
-                                          _trusting_coordesc)
+# Do not run coordinate descent again on a kernel whose config came from the cache
+# (``_served_config``). Inductor (2.11) re-runs it when the cached config is also one of
+# the kernel's heuristic configs (coordinate descent found nothing better): the compiled
+# heuristic config lacks the "found by coordesc" mark. On an H200 that was 5 of
+# ResNet-18's 17 kernels and 4 s of a warm compile, for the same answer.
 
 
 def _scaling_only_untuned(original: Any, patch: StackedPatch[bool]) -> Any:
@@ -214,24 +200,20 @@ def _served_one_config(autotuner: Any) -> bool:
 # (Whisper's encoder on an H100: one layer-norm kernel retuned by every warm start, and
 # by the sweep's own second compile). The stored config already won against those
 # candidates when it was tuned. Upstream fixed it later (pytorch/pytorch#181292, #181789).
-_SCALE: StackedPatch[bool] = StackedPatch(_caching_autotuner_class, "_dynamic_scale_rblock",
-                                          _scaling_only_untuned)
+_SCALE: StackedPatch[bool] = StackedPatch(seams.SCALE_RBLOCK, _scaling_only_untuned)
 
 
 def push(saver: Saver) -> None:
     """Send every config Inductor saves from now on to ``saver`` as well, and trust
-    the configs it reads from its cache (see ``_TRUST`` and ``_SCALE``)."""
+    the configs it reads from its cache (see ``_served_config`` and ``_SCALE``)."""
     _SAVE.push(saver)
-    for patch in (_TRUST, _SCALE):
-        try:
-            patch.push(True)
-        except (ImportError, KeyError):  # no Triton (nothing is tuned at run time), or no such method
-            pass
+    descent.push(_served_config)
+    _SCALE.push(True)
 
 
 def pop() -> None:
     _SAVE.pop()
-    _TRUST.pop()
+    descent.pop(_served_config)
     _SCALE.pop()
 
 
@@ -245,13 +227,7 @@ def _waiting_triton(original: Any, patch: StackedPatch[Callable[[], None]]) -> A
     return triton
 
 
-def _async_compile_class() -> type:
-    from torch._inductor.async_compile import AsyncCompile
-
-    return AsyncCompile
-
-
-_COMPILES: StackedPatch[Callable[[], None]] = StackedPatch(_async_compile_class, "triton", _waiting_triton)
+_COMPILES: StackedPatch[Callable[[], None]] = StackedPatch(seams.ASYNC_COMPILE_TRITON, _waiting_triton)
 
 
 def _waiting_emit(original: Any, patch: StackedPatch[Callable[[], None]]) -> Any:
@@ -266,15 +242,9 @@ def _waiting_emit(original: Any, patch: StackedPatch[Callable[[], None]]) -> Any
     return staticmethod(read_and_emit)
 
 
-def _triton_bundler_class() -> type:
-    from torch._inductor.triton_bundler import TritonBundler
-
-    return TritonBundler
-
-
 # A compiled graph loaded from a cache (an artifact) brings its kernels in a bundle and
 # compiles none: its kernels' configs must be on disk before the bundle is unpacked.
-_BUNDLES: StackedPatch[Callable[[], None]] = StackedPatch(_triton_bundler_class, "read_and_emit", _waiting_emit)
+_BUNDLES: StackedPatch[Callable[[], None]] = StackedPatch(seams.BUNDLER_READ_AND_EMIT, _waiting_emit)
 
 
 def _once(fn: Callable[[], None]) -> Callable[[], None]:
@@ -299,10 +269,7 @@ def hold_compiles_until(ready: Callable[[], None]) -> None:
     """
     once = _once(ready)
     _COMPILES.push(once)
-    try:
-        _BUNDLES.push(once)
-    except (ImportError, KeyError):  # a torch without Triton bundles: nothing to hold there
-        pass
+    _BUNDLES.push(once)
 
 
 def release_compiles() -> None:

@@ -19,6 +19,7 @@ from autotune.cache.records import Environment, TuningRequest
 
 from .inductor import Benchmark, ObservedRequest, Timings, installed
 from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file
+from . import descent, seams
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -243,12 +244,6 @@ def _call(compiled: Any, inputs: tuple[Any, ...], train: bool) -> None:
 TunesAtRun = Callable[[Any], bool]
 
 
-def _caching_autotuner() -> type:
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-    return CachingAutotuner
-
-
 def _wrap_autotune_to_one_config(original: Any, patch: StackedPatch[TunesAtRun]) -> Any:
     def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
         if patch.top is None or patch.top(self):
@@ -259,35 +254,24 @@ def _wrap_autotune_to_one_config(original: Any, patch: StackedPatch[TunesAtRun])
     return autotune_to_one_config
 
 
-def _wrap_coordinate_descent(original: Any, patch: StackedPatch[TunesAtRun]) -> Any:
-    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if patch.top is None or patch.top(self):
-            return original(self, launcher, *args, **kwargs)
-        return launcher
-
-    return coordinate_descent_tuning
+_ONE_CONFIG: StackedPatch[TunesAtRun] = StackedPatch(seams.AUTOTUNE_TO_ONE_CONFIG, _wrap_autotune_to_one_config)
 
 
-_RUNTIME_TUNING = (
-    StackedPatch(_caching_autotuner, "autotune_to_one_config", _wrap_autotune_to_one_config),
-    StackedPatch(_caching_autotuner, "coordinate_descent_tuning", _wrap_coordinate_descent),
-)
+def _untuned_here(autotuner: Any, launcher: Any) -> bool:
+    """The coordinate-descent rule (inductor_glue/descent.py): the innermost policy's answer."""
+    tunes = _ONE_CONFIG.top
+    return tunes is not None and not tunes(autotuner)
 
 
 @contextlib.contextmanager
 def _runtime_tuning(tunes: TunesAtRun) -> Iterator[None]:
-    try:
-        _caching_autotuner()
-    except ImportError:  # no Triton: nothing is tuned at run time
-        yield
-        return
-    for patch in _RUNTIME_TUNING:
-        patch.push(tunes)
+    _ONE_CONFIG.push(tunes)
+    descent.push(_untuned_here)
     try:
         yield
     finally:
-        for patch in _RUNTIME_TUNING:
-            patch.pop()
+        descent.pop(_untuned_here)
+        _ONE_CONFIG.pop(tunes)
 
 
 def no_runtime_tuning() -> contextlib.AbstractContextManager[None]:
@@ -357,6 +341,7 @@ def capture_model(
     from . import padding
     from .env import pin_triton_toolchain
 
+    seams.usable(seams.SWEEP_CAPTURE)  # a seam this torch lacks: one warning naming it
     pin_triton_toolchain()
     policy = CapturePolicy(device=device, on_request=on_request)
     pads = padding.MemoryBook(pad_decisions)

@@ -78,17 +78,23 @@ def relevant_config() -> dict[str, Any]:
 
 
 @functools.cache
-def cpu_description() -> str:
-    """CPU model name plus the vector ISA Inductor's C++ backend will use."""
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
                 if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return model
+
+
+@functools.cache
+def cpu_description() -> str:
+    """CPU model name plus the vector ISA Inductor's C++ backend will use."""
+    model = cpu_model()
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
 
@@ -98,7 +104,7 @@ def cpu_description() -> str:
     return f"{model} [{isa}]"
 
 
-def _triton_version() -> str | None:
+def triton_version() -> str | None:
     try:
         import triton
     except ImportError:
@@ -115,7 +121,7 @@ def _device_and_versions(device_kind: str) -> dict[str, Any]:
         "device_kind": device_kind,
         "device_name": torch.cuda.get_device_name(0) if device_kind == "cuda" else cpu_description(),
         "torch_version": torch.__version__,
-        "triton_version": _triton_version(),
+        "triton_version": triton_version(),
         "cuda_version": torch.version.cuda,
     }
 

@@ -38,6 +38,7 @@ from typing import Any, Callable, Protocol
 
 from autotune.cache.records import digest
 
+from . import seams
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -251,13 +252,7 @@ def _settled(node1: Any, node2: Any) -> tuple[Any, str, str] | None:
         return None
 
 
-def _scheduler_class() -> type:
-    from torch._inductor.scheduler import Scheduler
-
-    return Scheduler
-
-
-_SPEEDUP: StackedPatch[DecisionBook] = StackedPatch(_scheduler_class, "speedup_by_fusion", _patched_speedup)
+_SPEEDUP: StackedPatch[DecisionBook] = StackedPatch(seams.SPEEDUP_BY_FUSION, _patched_speedup)
 
 
 def push(book: DecisionBook) -> None:

@@ -30,7 +30,7 @@ from torch._inductor import select_algorithm as sa
 
 from autotune.cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
 
-from . import pinning
+from . import pinning, seams
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,17 @@ def _variant_key(aten_kwargs: dict[str, Any]) -> str:
 _NO_VARIANT = _variant_key({})
 
 
-class Selector(sa.AlgorithmSelectorCache):
+def _selector_base() -> type:
+    """Inductor's selector class, to derive from; ``object`` where this torch has none, so
+    that this module still imports: ``install`` then refuses, and the hook serves nothing
+    (``warm_start()`` and ``autotune doctor`` name the seam)."""
+    try:
+        return seams.ALGORITHM_SELECTOR_CACHE.resolve()
+    except seams.SeamMissing:
+        return object
+
+
+class Selector(_selector_base()):  # type: ignore[misc]
     """Inductor's selector, with lookups answered by a policy."""
 
     def __init__(self, policy: LookupPolicy) -> None:
@@ -352,6 +362,9 @@ def installed(policy: LookupPolicy) -> Iterator[Selector]:
 
 
 _previous: list[Any] = []
+# What routing lookups through a policy takes: the class, the methods Selector overrides, the global.
+_SELECTOR_SEAMS = (seams.ALGORITHM_SELECTOR_CACHE, seams.SELECTOR_CALL, seams.SELECTOR_LOOKUP,
+                   seams.SELECTOR_CACHE_CLEAR, seams.SELECTOR_GLOBAL)
 
 
 class LazySelector:
@@ -374,8 +387,8 @@ class LazySelector:
         with self._lock:
             if self._selector is None:
                 self._selector = _new_selector(self._policy, self._previous)
-                if sa._ALGORITHM_SELECTOR_CACHE is self:
-                    sa._ALGORITHM_SELECTOR_CACHE = self._selector
+                if seams.SELECTOR_GLOBAL.get() is self:
+                    seams.SELECTOR_GLOBAL.set(self._selector)
             return self._selector
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -398,11 +411,14 @@ def _new_selector(policy: LookupPolicy, previous: Any) -> Selector:
 
 def install(policy: LookupPolicy, *, lazy: bool = False) -> Any:
     """Route every autotune lookup through ``policy``; returns the handle ``uninstall`` takes.
-    ``lazy``: build the selector only when Inductor first uses it (the warm-start hook)."""
-    previous = sa._ALGORITHM_SELECTOR_CACHE
+    ``lazy``: build the selector only when Inductor first uses it (the warm-start hook).
+    Raises ``SeamMissing`` where this torch lacks the selector's seams."""
+    for seam in _SELECTOR_SEAMS:
+        seam.resolve()
+    previous = seams.SELECTOR_GLOBAL.get()
     selector: Any = LazySelector(policy, previous) if lazy else _new_selector(policy, previous)
     _previous.append(previous)
-    sa._ALGORITHM_SELECTOR_CACHE = selector
+    seams.SELECTOR_GLOBAL.set(selector)
     # Every policy gets pin digests on Triton choices; one that can answer from
     # stored winners (the hook) also decides which configs are generated at all.
     pinning.push(getattr(policy, "allow_template", None))
@@ -410,10 +426,10 @@ def install(policy: LookupPolicy, *, lazy: bool = False) -> Any:
 
 
 def uninstall(selector: Any) -> None:
-    current = sa._ALGORITHM_SELECTOR_CACHE
+    current = seams.SELECTOR_GLOBAL.get()
     installed_now = current is selector or (isinstance(selector, LazySelector) and current is selector._selector)
     if installed_now and _previous:
-        sa._ALGORITHM_SELECTOR_CACHE = _previous.pop()
+        seams.SELECTOR_GLOBAL.set(_previous.pop())
         pinning.pop()
 
 

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from autotune.cache.records import Environment, digest
 
 from .fusion import DecisionBook
+from . import seams
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -79,14 +80,8 @@ def _patched_set(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
     return set_cached_should_pad
 
 
-def _pad_mm_module() -> Any:
-    from torch._inductor.fx_passes import pad_mm
-
-    return pad_mm
-
-
-_GET: StackedPatch[DecisionBook] = StackedPatch(_pad_mm_module, "get_cached_should_pad", _patched_get)
-_SET: StackedPatch[DecisionBook] = StackedPatch(_pad_mm_module, "set_cached_should_pad", _patched_set)
+_GET: StackedPatch[DecisionBook] = StackedPatch(seams.PAD_GET, _patched_get)
+_SET: StackedPatch[DecisionBook] = StackedPatch(seams.PAD_SET, _patched_set)
 
 
 def push(book: DecisionBook) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from autotune.cache.records import digest
 
+from . import seams
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -92,13 +93,7 @@ def _patched_generate(original: Any, patch: StackedPatch[TemplateFilter | None])
     return generate
 
 
-def _template_class() -> type:
-    from torch._inductor import select_algorithm as sa
-
-    return sa.TritonTemplate
-
-
-_GENERATE: StackedPatch[TemplateFilter | None] = StackedPatch(_template_class, "generate", _patched_generate)
+_GENERATE: StackedPatch[TemplateFilter | None] = StackedPatch(seams.TEMPLATE_GENERATE, _patched_generate)
 
 
 def push(template_filter: TemplateFilter | None) -> None:

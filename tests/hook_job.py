@@ -10,12 +10,16 @@ what happened as JSON: hook stats, Inductor's benchmark count, the chosen
 choice's hash per request, where the output tensor (and the eager model's, the
 right answer) was saved, the seconds each
 compile (with its first call) took, and when the job was done (to time its exit).
+
+With AUTOTUNE_TEST_NO_RAY=1 it stands in for a machine without Ray: ``import ray`` fails in it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.util
 import json
 import os
 import sys
@@ -24,6 +28,18 @@ import time
 from pathlib import Path
 
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="hook-job-")
+
+
+class _NoRay(importlib.abc.MetaPathFinder):
+    """Ray is not installed here, as far as this process can tell."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.split(".")[0] == "ray":
+            raise ModuleNotFoundError(f"No module named {name!r} (AUTOTUNE_TEST_NO_RAY)", name=name)
+
+
+if os.environ.get("AUTOTUNE_TEST_NO_RAY") == "1":
+    sys.meta_path.insert(0, _NoRay())
 # Set by the test session (conftest.py): a directory for compiled kernels shared by its jobs.
 # A job that trusts a signer loads signed artifacts, kernels among them, so it shares
 # nothing: what it finds on disk must be what a fresh node would find.
@@ -55,6 +71,14 @@ def _share_compiled_kernels(directory: str) -> None:
         return basename, subdir, os.path.join(subdir, f"{basename}.{extension}")
 
     codecache.get_path = get_path
+
+
+def _importable(name: str) -> bool:
+    """Whether ``import name`` would find it (nothing is imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def _handshake(announce: str, wait_for: str) -> None:
@@ -156,6 +180,7 @@ def main() -> int:
         "dynamo_cache": dict(counters["dynamo_cache"]),  # Dynamo's package: hit / miss / error
         # graphs whose CUDA graphs were considered and refused (on CPU: every graph max-autotune compiles)
         "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"]),
+        "ray_importable": _importable("ray"),
         "finished_at": time.time(),  # the process may exit later: the hook's threads end first
     }
     Path(args.out).write_text(json.dumps(result))

@@ -113,6 +113,7 @@ def _signed(signer: signing.Signer, key: str, payload: bytes = PAYLOAD, **change
     return Artifact(**{**fields, **changes})
 
 
+@pytest.mark.torch_subset
 def test_tampered_artifacts_are_never_handed_to_torch(store: Store, keys: dict[str, Path],
                                                       caplog: pytest.LogCaptureFixture) -> None:
     writer, stranger = signing.load_signer(keys["writer"]), signing.load_signer(keys["stranger"])
@@ -137,6 +138,7 @@ def test_tampered_artifacts_are_never_handed_to_torch(store: Store, keys: dict[s
     assert len(warnings) == 1 and "rejected" in warnings[0].getMessage()
 
 
+@pytest.mark.torch_subset
 def test_bytes_changed_in_the_database_are_rejected(store: Store, keys: dict[str, Path]) -> None:
     writer = signing.load_signer(keys["writer"])
     store.put_artifact(_signed(writer, "k"))
@@ -147,6 +149,7 @@ def test_bytes_changed_in_the_database_are_rejected(store: Store, keys: dict[str
     assert tier.stats.artifacts_rejected == 1
 
 
+@pytest.mark.torch_subset
 def test_without_trusted_keys_nothing_is_read(store: Store, keys: dict[str, Path]) -> None:
     store.put_artifact(_signed(signing.load_signer(keys["writer"]), "k"))
     tier = _tier(store, signing.NO_TRUSTED_KEYS)
@@ -251,6 +254,7 @@ def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(
 # ------------------------------------------------------------------ the sweep's publishing compile
 
 
+@pytest.mark.torch_subset
 def test_a_pass_that_withholds_its_artifacts_publishes_none_and_keeps_its_data(
         tmp_path: Path, keys: dict[str, Path]) -> None:
     """The sweep's publishing compile withholds its artifacts when it tuned a kernel after

@@ -93,13 +93,19 @@ def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> Non
     assert "the cache has no result for packed_linear 8x32 @ 32x64 fp32" in report["stderr"]
 
 
-def test_tune_writes_back_and_another_process_hits(sqlite_url: str, tmp_path: Path) -> None:
+@pytest.mark.torch_subset
+def test_tune_writes_back_and_another_process_hits_without_ray(sqlite_url: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs where Ray cannot be imported (a training node installs autotune without the
+    [sweep] extra): the hook needs none of it."""
+    monkeypatch.setenv("AUTOTUNE_TEST_NO_RAY", "1")
     first = job(tmp_path, "--cache", sqlite_url, name="first")
     assert first["benchmarks"] == 2 and first["stats"]["written"] == 2 and first["stats"]["misses"] == 2
     second = job(tmp_path, "--cache", sqlite_url, name="second")
     assert second["benchmarks"] == 0
     assert _core(second["stats"]) == {"hits": 2, "misses": 0, "written": 0, "errors": 0}
     assert second["chosen"] == first["chosen"]
+    assert not first["ray_importable"] and not second["ray_importable"]
 
 
 def test_environment_mismatch_is_a_miss(swept: str, tmp_path: Path) -> None:

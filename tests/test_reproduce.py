@@ -58,9 +58,10 @@ def test_capture_records_the_graphs_layout_decision() -> None:
 
 def test_runtime_tuning_policies_nest_and_come_off() -> None:
     """The innermost policy decides which kernels tune at first run; leaving restores Inductor's."""
-    from autotune.inductor_glue.capture import _caching_autotuner, kernel_owner, no_runtime_tuning, tune_only_shard
+    from autotune.inductor_glue.capture import kernel_owner, no_runtime_tuning, tune_only_shard
+    from autotune.inductor_glue.seams import COORDINATE_DESCENT
 
-    autotuner_cls = _caching_autotuner()
+    autotuner_cls = COORDINATE_DESCENT.owner()
     original = autotuner_cls.__dict__["coordinate_descent_tuning"]
     kernels = []
     for name in ("triton_poi_0", "triton_poi_1", "triton_red_2", "triton_per_3"):
@@ -76,6 +77,28 @@ def test_runtime_tuning_policies_nest_and_come_off() -> None:
             for kernel, owner in zip(kernels, owners):
                 if owner == 1:  # another shard's kernel: its launcher is kept untuned
                     assert kernel.coordinate_descent_tuning(launcher) is launcher
+    assert autotuner_cls.__dict__["coordinate_descent_tuning"] is original
+
+
+def test_capture_and_the_hook_share_one_coordinate_descent_patch_and_leave_in_any_order() -> None:
+    """Both skip coordinate descent through one patch (inductor_glue/descent.py): whichever
+    leaves first, the last to leave restores Inductor's method, and none stays wrapped."""
+    from autotune import kernel_configs
+    from autotune.inductor_glue.capture import no_runtime_tuning
+    from autotune.inductor_glue.seams import COORDINATE_DESCENT
+
+    autotuner_cls = COORDINATE_DESCENT.owner()
+    original = autotuner_cls.__dict__["coordinate_descent_tuning"]
+    kernel = object.__new__(autotuner_cls)
+    kernel.inductor_meta, kernel.fn = {"kernel_name": "triton_poi_0"}, None
+    launcher = object()
+    capture = no_runtime_tuning()
+    capture.__enter__()
+    kernel_configs.push(lambda key, value: None)
+    assert kernel.coordinate_descent_tuning(launcher) is launcher  # capture's rule still answers
+    capture.__exit__(None, None, None)  # capture leaves first
+    assert autotuner_cls.__dict__["coordinate_descent_tuning"] is not original  # the hook's rule stays
+    kernel_configs.pop()
     assert autotuner_cls.__dict__["coordinate_descent_tuning"] is original
 
 

@@ -34,6 +34,9 @@ from autotune.cache.schema import MIGRATIONS_DIR, head_revision
 from autotune.cache.url import local_directory
 from autotune.settings import Settings
 
+# The fast subset CI also runs on the oldest supported torch (.ci/run).
+pytestmark = pytest.mark.torch_subset
+
 # ------------------------------------------------------------------ round trip
 
 

@@ -161,9 +161,12 @@ def symbol_numbers(ids: dict[str, int]) -> Iterator[None]:
     Dynamo numbers a new size symbol from a hash of its source name (ShapeEnv's
     _generate_unique_id, torch 2.7+); on a torch without it symbols are numbered in
     creation order and nothing is changed here."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from autotune.inductor_glue.seams import UNIQUE_ID, SeamMissing
 
-    original = ShapeEnv.__dict__.get("_generate_unique_id")
+    try:
+        shape_env_class, original = UNIQUE_ID.owner(), UNIQUE_ID.resolve()
+    except SeamMissing:
+        original = None
     if original is None or not ids:
         yield
         return
@@ -181,11 +184,11 @@ def symbol_numbers(ids: dict[str, int]) -> Iterator[None]:
         finally:
             self.unique_ids -= pending
 
-    ShapeEnv._generate_unique_id = generate  # type: ignore[method-assign]
+    setattr(shape_env_class, UNIQUE_ID.name, generate)
     try:
         yield
     finally:
-        ShapeEnv._generate_unique_id = original  # type: ignore[method-assign]
+        setattr(shape_env_class, UNIQUE_ID.name, original)
 
 
 @dataclass

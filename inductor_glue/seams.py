@@ -1,0 +1,333 @@
+"""Every private torch attribute autotune reads, patches, subclasses or assigns: one table.
+
+Each seam names its dotted path, what is done with it (``read``, ``patch``: a method or
+function replaced while a feature is active, ``subclass``: a class we derive from or a
+method our subclass overrides, ``assign``: an attribute or config key we set), the
+features that depend on it, and the torch releases it was checked on. Patch sites take
+their target from here (``StackedPatch(seam, ...)``, ``seam.owner()``), so a seam torch
+renames is one edit here, and ``autotune doctor`` says which features this torch leaves
+off. ``required=False`` marks a seam whose absence the code handles by itself (a newer
+or older torch that no longer needs the workaround); it never turns a feature off.
+
+Public APIs (``torch.compile``, ``torch.compiler``, ``torch._dynamo.mark_dynamic`` and
+its kin, ``torch._inductor.config.patch``) and the Inductor config keys that only enter
+the environment key (``inductor_glue/env.py``: absent keys are skipped) are not listed;
+config keys the code sets or branches on are. Attributes of objects torch hands to our
+wrappers (a launcher's ``config``, a graph's ``sizevars``) are read with defaults where
+they are read, and are not listed either.
+
+Resolving a seam imports its module (``torch._inductor.*``), nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+READ, PATCH, SUBCLASS, ASSIGN = "read", "patch", "subclass", "assign"
+CHECKED_ON = ("2.11", "2.13")
+
+
+@dataclass(frozen=True)
+class Feature:
+    key: str  # as --json gives it
+    name: str  # as doctor prints it
+    gpu_only: bool  # used only where a CUDA device is
+    fallback: str  # what happens instead while it is off
+
+
+GEMM_SERVING = Feature("gemm_serving", "GEMM serving", False,
+                       "GEMM/conv lookups are not served from the cache; they tune as plain max-autotune")
+PINNING = Feature("pinning", "pinning", True, "every Triton config is generated, as plain max-autotune does")
+KERNEL_CONFIGS = Feature("kernel_configs", "kernel configs", True,
+                         "pointwise/reduction kernels tune at their first run, as plain max-autotune")
+FUSION_VERDICTS = Feature("fusion_verdicts", "fusion verdicts", True, "Inductor times each epilogue fusion itself")
+PADDING_VERDICTS = Feature("padding_verdicts", "padding verdicts", True, "Inductor times each GEMM padding itself")
+ARTIFACTS = Feature("fx_aot_artifacts", "FX/AOT artifacts", False,
+                    "compiled graphs and C++ kernels are neither loaded nor published; everything compiles")
+DYNAMO_PACKAGE = Feature("dynamo_package", "Dynamo's package", False,
+                         "Dynamo traces every model; the FX/AOT entries still serve")
+CUDAGRAPH_RELOAD = Feature("cudagraph_reload", "CUDA-graph reload", True,
+                           "Dynamo's packages are not loaded on GPUs (they would run without CUDA graphs)")
+SWEEP_CAPTURE = Feature("sweep_capture", "the sweep's capture", False,
+                        "`autotune sweep` cannot capture or tune requests with this torch")
+
+FEATURES: tuple[Feature, ...] = (GEMM_SERVING, PINNING, KERNEL_CONFIGS, FUSION_VERDICTS, PADDING_VERDICTS,
+                                 ARTIFACTS, DYNAMO_PACKAGE, CUDAGRAPH_RELOAD, SWEEP_CAPTURE)
+
+
+class SeamMissing(RuntimeError):
+    """A required seam does not resolve on the installed torch."""
+
+
+@dataclass(frozen=True)
+class Seam:
+    module: str
+    attr: str  # dotted path inside the module; "" for the module itself
+    kind: str
+    features: tuple[Feature, ...]
+    why: str
+    required: bool = True
+    checked_on: tuple[str, ...] = CHECKED_ON
+
+    @property
+    def path(self) -> str:
+        return f"{self.module}.{self.attr}" if self.attr else self.module
+
+    @property
+    def name(self) -> str:
+        """The attribute patched or assigned on ``owner()``."""
+        return self.attr.rpartition(".")[2]
+
+    def owner(self) -> Any:
+        """The module, class or object that holds the attribute."""
+        try:
+            node: Any = importlib.import_module(self.module)
+            for part in self.attr.split(".")[:-1] if self.attr else ():
+                node = getattr(node, part)
+        except (ImportError, AttributeError) as exc:
+            raise SeamMissing(self._missing(exc)) from exc
+        return node
+
+    def resolve(self) -> Any:
+        """The attribute itself: for a patch, as the owner itself defines it (not inherited)."""
+        owner = self.owner()
+        if not self.attr:
+            return owner
+        if self.kind == PATCH:  # replaced and restored in the owner's own namespace
+            held = vars(owner)
+            if self.name not in held:
+                raise SeamMissing(self._missing(f"{self.attr.rpartition('.')[0] or self.module} defines no {self.name}"))
+            return held[self.name]
+        try:
+            return getattr(owner, self.name)
+        except AttributeError as exc:
+            raise SeamMissing(self._missing(exc)) from exc
+
+    def problem(self) -> str | None:
+        """Why this seam does not resolve here, or None when it does."""
+        try:
+            self.resolve()
+        except SeamMissing as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - a module that fails to import says so
+            return f"{self.path}: {type(exc).__name__}: {exc}"
+        return None
+
+    def get(self) -> Any:
+        return getattr(self.owner(), self.name)
+
+    def set(self, value: Any) -> None:
+        setattr(self.owner(), self.name, value)
+
+    def _missing(self, detail: object) -> str:
+        import torch
+
+        return f"torch {torch.__version__} has no {self.path} ({detail})"
+
+
+SEAMS: list[Seam] = []
+
+
+def _declare(module: str, attr: str, kind: str, features: tuple[Feature, ...], why: str,
+             required: bool = True) -> Seam:
+    seam = Seam(module, attr, kind, features, why, required)
+    SEAMS.append(seam)
+    return seam
+
+
+_SA = "torch._inductor.select_algorithm"
+_SERVE_OR_CAPTURE = (GEMM_SERVING, SWEEP_CAPTURE)
+
+# --- the autotune selector: GEMM serving, and the sweep's capture and tuning (inductor_glue/inductor.py)
+ALGORITHM_SELECTOR_CACHE = _declare(_SA, "AlgorithmSelectorCache", SUBCLASS, _SERVE_OR_CAPTURE,
+                                    "Selector derives from Inductor's selector")
+SELECTOR_CALL = _declare(_SA, "AlgorithmSelectorCache.__call__", SUBCLASS, _SERVE_OR_CAPTURE,
+                         "overridden: describes each request before Inductor looks it up")
+SELECTOR_LOOKUP = _declare(_SA, "AlgorithmSelectorCache.lookup", SUBCLASS, _SERVE_OR_CAPTURE,
+                           "overridden: every lookup goes to the policy (cache, capture or tuning)")
+SELECTOR_CACHE_CLEAR = _declare(_SA, "AlgorithmSelectorCache.cache_clear", SUBCLASS, _SERVE_OR_CAPTURE,
+                                "overridden: forgets the described requests with Inductor's cache")
+_declare(_SA, "AlgorithmSelectorCache.key_of", READ, (GEMM_SERVING, PINNING, SWEEP_CAPTURE),
+         "an input's layout exactly as Inductor's inputs key spells it")
+SELECTOR_GLOBAL = _declare(_SA, "_ALGORITHM_SELECTOR_CACHE", ASSIGN, _SERVE_OR_CAPTURE,
+                           "the process-wide selector, replaced by ours while installed")
+_declare(_SA, "create_inputs_key", READ, _SERVE_OR_CAPTURE, "the request's inputs key, as Inductor's")
+_declare(_SA, "ExternKernelCaller", READ, _SERVE_OR_CAPTURE, "tells ATen choices apart")
+_declare(_SA, "TritonTemplateCaller", READ, _SERVE_OR_CAPTURE, "tells Triton template choices apart")
+_declare("torch._inductor.virtualized", "V", READ, (GEMM_SERVING, SWEEP_CAPTURE, FUSION_VERDICTS),
+         "the graph being lowered: its current node, size hints and layout decision")
+_declare("torch._inductor.sizevars", "SizeVarAllocator.optimization_hint", READ, _SERVE_OR_CAPTURE,
+         "a size symbol's hint (torch 2.13's name); size_hint is used where it is absent", required=False)
+_declare("torch._inductor.sizevars", "SizeVarAllocator.size_hint", READ, _SERVE_OR_CAPTURE,
+         "a size symbol's hint where optimization_hint is absent (gone in torch 2.13)", required=False)
+_declare("torch._inductor.codecache", "CacheBase.get_system", READ, _SERVE_OR_CAPTURE,
+         "Inductor's system hash, part of every environment key")
+_declare("torch._inductor.cpu_vec_isa", "pick_vec_isa", READ, _SERVE_OR_CAPTURE,
+         "the CPU's vector ISA in its environment key (\"unknown-isa\" without it)", required=False)
+_declare("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path", READ, _SERVE_OR_CAPTURE,
+         "pins Triton's ptxas before any hash is taken (nothing to pin without it)", required=False)
+_declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
+         "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
+_declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),
+         "Inductor's options: the environment key's and the ones set below")
+_declare("torch._dynamo.utils", "counters", READ, (),
+         "Inductor's benchmark count, which tests and benchmarks compare")
+
+# --- pinning (inductor_glue/pinning.py)
+TEMPLATE_GENERATE = _declare(_SA, "TritonTemplate.generate", PATCH, (PINNING,),
+                             "pin digests on every Triton config; a stored loser is never generated")
+
+# --- run-time tuning of pointwise/reduction kernels: kernel configs, and capture's untuned kernels
+_TH = "torch._inductor.runtime.triton_heuristics"
+COORDINATE_DESCENT = _declare(_TH, "CachingAutotuner.coordinate_descent_tuning", PATCH,
+                              (KERNEL_CONFIGS, SWEEP_CAPTURE),
+                              "skipped for a served config, and for kernels capture leaves untuned "
+                              "(inductor_glue/descent.py: one patch)")
+AUTOTUNE_TO_ONE_CONFIG = _declare(_TH, "CachingAutotuner.autotune_to_one_config", PATCH, (SWEEP_CAPTURE,),
+                                  "capture and workers run pointwise kernels untuned")
+SCALE_RBLOCK = _declare(_TH, "CachingAutotuner._dynamic_scale_rblock", PATCH, (KERNEL_CONFIGS,),
+                        "no halved-RBLOCK candidates for a served config (torch 2.11; later torches "
+                        "fixed the retuning and may drop it)", required=False)
+AUTOTUNE_CACHE_SAVE = _declare("torch._inductor.runtime.autotune_cache", "AutotuneCache.save", PATCH,
+                               (KERNEL_CONFIGS,), "copies each tuned config into the cache")
+_declare("torch._inductor.runtime.autotune_cache", "AutotuneCache.create", READ, (KERNEL_CONFIGS,),
+         "finds a served config's file on this node")
+ASYNC_COMPILE_TRITON = _declare("torch._inductor.async_compile", "AsyncCompile.triton", PATCH, (KERNEL_CONFIGS,),
+                                "the first Triton compile waits until the stored configs are on disk")
+BUNDLER_READ_AND_EMIT = _declare("torch._inductor.triton_bundler", "TritonBundler.read_and_emit", PATCH,
+                                 (KERNEL_CONFIGS,),
+                                 "a cached graph's kernels unpack after the stored configs are on disk")
+_declare("torch._inductor.runtime.runtime_utils", "cache_dir", READ, (KERNEL_CONFIGS, ARTIFACTS),
+         "Inductor's local cache dir, which the hook fills")
+
+# --- fusion verdicts (inductor_glue/fusion.py)
+SPEEDUP_BY_FUSION = _declare("torch._inductor.scheduler", "Scheduler.speedup_by_fusion", PATCH,
+                             (FUSION_VERDICTS,), "a stored verdict answers instead of a benchmark")
+_declare("torch._inductor.scheduler", "Scheduler._has_layout_conflict_for_template", READ, (FUSION_VERDICTS,),
+         "a verdict is not served onto a conflicting layout (unchecked without it)", required=False)
+_declare("torch._inductor.scheduler", "FusionResult", READ, (FUSION_VERDICTS,),
+         "a served verdict in the form Inductor gives it, at once or pending")
+_declare("torch._inductor.codecache", "LambdaFuture", READ, (FUSION_VERDICTS,),
+         "a pending verdict's future, as Inductor's")
+_declare("torch._inductor.ir", "MultiTemplateBuffer.finalize_as_triton_caller", READ, (FUSION_VERDICTS,),
+         "the template is finalized with the verdict's config")
+_declare("torch._inductor.config", "multi_kernel_hints", READ, (FUSION_VERDICTS,),
+         "no verdict is served under multi-kernel hints")
+
+# --- padding verdicts (inductor_glue/padding.py)
+_PAD = "torch._inductor.fx_passes.pad_mm"
+PAD_GET = _declare(_PAD, "get_cached_should_pad", PATCH, (PADDING_VERDICTS,),
+                   "a stored verdict answers before Inductor's own file")
+PAD_SET = _declare(_PAD, "set_cached_should_pad", PATCH, (PADDING_VERDICTS,), "each timed verdict is kept")
+
+# --- the artifact tier (autotune/artifacts.py)
+_RC = "torch._inductor.remote_cache"
+REMOTE_BACKEND = _declare(_RC, "RemoteCacheBackend", SUBCLASS, (ARTIFACTS,),
+                          "the signed store as Inductor's remote cache backend")
+_declare(_RC, "RemoteCacheBackend._get", SUBCLASS, (ARTIFACTS,), "overridden: a verified fetch")
+_declare(_RC, "RemoteCacheBackend._put", SUBCLASS, (ARTIFACTS,), "overridden: a signed publish")
+FX_BACKEND_OVERRIDE = _declare(_RC, "RemoteFxGraphCache.backend_override_cls", ASSIGN, (ARTIFACTS,),
+                               "FX graph entries go to our backend")
+AOT_BACKEND_OVERRIDE = _declare(_RC, "RemoteAOTAutogradCache.backend_override_cls", ASSIGN, (ARTIFACTS,),
+                                "AOTAutograd entries go to our backend")
+FX_REMOTE_SWITCH = _declare("torch._inductor.config", "fx_graph_remote_cache", ASSIGN, (ARTIFACTS,),
+                            "turns the FX graph remote cache on")
+AOT_REMOTE_SWITCH = _declare("torch._functorch.config", "enable_remote_autograd_cache", ASSIGN, (ARTIFACTS,),
+                             "turns the AOTAutograd remote cache on")
+CPP_BUILD = _declare("torch._inductor.cpp_builder", "CppBuilder.build", PATCH, (ARTIFACTS,),
+                     "a C++ library is fetched before it is built, and published after")
+_declare("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path", READ, (ARTIFACTS,),
+         "the library's path under the cache dir: its key")
+
+# --- Dynamo's package (autotune/dynamo_package.py)
+_PKG = "torch._dynamo.package"
+CACHING_PRECOMPILE = _declare("torch._dynamo.config", "caching_precompile", ASSIGN, (DYNAMO_PACKAGE,),
+                              "torch.compile asks for a package before it traces")
+PACKAGE_LOAD = _declare(_PKG, "DiskDynamoCache.load", PATCH, (DYNAMO_PACKAGE,),
+                        "the package is fetched and checked before Dynamo reads it")
+SERIALIZE_GUARDS = _declare("torch._dynamo.guards", "CheckFunctionManager.serialize_guards", PATCH,
+                            (DYNAMO_PACKAGE,), "guards that cannot be pickled leave the frame out")
+ADD_GUARDED_CODE = _declare(_PKG, "CompilePackage.add_guarded_code", PATCH, (DYNAMO_PACKAGE,),
+                            "a frame whose guards could not be pickled is bypassed")
+PACKAGE_INSTALL = _declare(_PKG, "CompilePackage.install", PATCH, (DYNAMO_PACKAGE,),
+                           "a package that fails to install falls back to tracing")
+_declare(_PKG, "CompilePackage.source_id_from_fn", READ, (DYNAMO_PACKAGE,), "the package's id, as torch's")
+_declare(_PKG, "CompilePackage.bypass_current_entry", READ, (DYNAMO_PACKAGE,), "leaves a frame out")
+_declare(_PKG, "CompilePackage.uninstall", READ, (DYNAMO_PACKAGE,), "undoes a half-done install")
+_declare(_PKG, "DynamoCache.path_prefix", READ, (DYNAMO_PACKAGE,), "where Dynamo reads packages")
+_declare(_PKG, "_hash_sourcelines", READ, (DYNAMO_PACKAGE,),
+         "a package whose inlined source changed is refused early (torch checks it later)", required=False)
+_declare("torch._dynamo.precompile_context", "PrecompileContext.create_cache_entries", READ, (DYNAMO_PACKAGE,),
+         "the packages this process recorded, to publish")
+_declare("torch._dynamo.eval_frame", "innermost_fn", READ, (DYNAMO_PACKAGE,), "the compiled function's source file")
+DYNAMO_CONTEXT_CALL = _declare("torch._dynamo.eval_frame", "_TorchDynamoContext.__call__", PATCH,
+                               (CUDAGRAPH_RELOAD,),
+                               "a loaded package's graphs are set up under the compile's options (CUDA graphs)")
+
+# --- the sweep's capture and its workers (inductor_glue/capture.py, timing.py, workers/)
+_declare("torch._inductor.utils", "fresh_cache", READ, (SWEEP_CAPTURE,),
+         "each capture and tuning compile starts from empty Inductor caches")
+_declare("torch._inductor.config", "benchmark_epilogue_fusion", ASSIGN, (SWEEP_CAPTURE,),
+         "off while capturing and tuning (it changes no choice)")
+_declare("torch._inductor", "list_mode_options", READ, (SWEEP_CAPTURE,), "a mode's options, CUDA graphs taken out")
+UNIQUE_ID = _declare("torch.fx.experimental.symbolic_shapes", "ShapeEnv._generate_unique_id", PATCH,
+                     (SWEEP_CAPTURE,), "a worker's size symbols get the model's numbers (creation order "
+                     "numbering, before torch 2.7, needs nothing)", required=False)
+BENCHMARK_GPU = _declare("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu", ASSIGN,
+                         (SWEEP_CAPTURE,), "the sweep times GPU candidates kernel-bound")
+_declare("torch._inductor.runtime.benchmarking", "maybe_gpu_benchmark_lock", READ, (SWEEP_CAPTURE,),
+         "Inductor's lock around GPU timing (torch 2.13; none before)", required=False)
+_declare("torch.cuda", "_sleep", READ, (SWEEP_CAPTURE,), "holds the GPU while the CPU queues timed calls")
+_declare("torch._dynamo.utils", "compilation_time_metrics", READ, (SWEEP_CAPTURE,),
+         "the pointwise pass reports where its compile's time went")
+
+
+# ------------------------------------------------------------------ features
+
+
+@dataclass(frozen=True)
+class FeatureState:
+    feature: Feature
+    missing: tuple[tuple[Seam, str], ...]  # required seams that do not resolve, and why
+
+    @property
+    def on(self) -> bool:
+        return not self.missing
+
+
+def seams_of(feature: Feature) -> list[Seam]:
+    return [seam for seam in SEAMS if feature in seam.features]
+
+
+def state(feature: Feature) -> FeatureState:
+    missing = []
+    for seam in seams_of(feature):
+        problem = seam.problem() if seam.required else None
+        if problem is not None:
+            missing.append((seam, problem))
+    return FeatureState(feature, tuple(missing))
+
+
+_warned: set[str] = set()
+
+
+def usable(feature: Feature) -> bool:
+    """Whether every seam ``feature`` needs resolves; if not, one warning per process
+    names the feature, the first missing seam and the fallback."""
+    found = state(feature)
+    if not found.on and feature.key not in _warned:
+        _warned.add(feature.key)
+        problem = found.missing[0][1]
+        log.warning("autotune: %s is off: %s; %s", feature.name, problem, feature.fallback)
+    return found.on
+
+
+def usable_all(features: Iterable[Feature]) -> set[str]:
+    """The keys of the features among ``features`` that are off (each warned once)."""
+    return {feature.key for feature in features if not usable(feature)}
