@@ -29,9 +29,8 @@ import time
 import uuid
 from array import array
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 import sqlalchemy as sa
@@ -61,9 +60,6 @@ BUSY = 0.15  # other processes using more than this share of the cores disturb a
 P99_GOAL_MS = 2.0
 
 
-# ----------------------------------------------------------------- synthetic data
-
-
 def shape(i: int) -> tuple[int, int, int]:
     """A distinct (m, n, k) for every i < 2**30."""
     return 64 * (1 + i % 1024), 64 * (1 + (i >> 10) % 1024), 64 * (1 + (i >> 20))
@@ -79,44 +75,26 @@ def request_key(i: int) -> str:
 
 
 def rows_for(i: int, env_id: int) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """Request ``i``'s row and its candidates' rows: ATen first, then Triton templates."""
     m, n, k = shape(i)
     hashes = [hashlib.md5(f"{i}:{j}".encode()).hexdigest() for j in range(CANDIDATES)]
-    inputs = [
-        {"sizes": [m, k], "strides": [k, 1], "offset": 0, "dtype": "torch.bfloat16", "device": "cuda"},
-        {"sizes": [k, n], "strides": [n, 1], "offset": 0, "dtype": "torch.bfloat16", "device": "cuda"},
-    ]
-    request_id = i + 1
-    request = (
-        request_id, env_id, request_key(i), "mm", inputs_key(i), "high", json.dumps(inputs), "{}",
-        json.dumps(sorted(hashes)), "ok", hashes[-1],
-        '{"passed": true, "max_abs_err": 0.0039, "atol": 0.01, "rtol": 0.01}', None,
-        CREATED, CREATED, "bench", "bench", 10.0, "sweep",
-    )  # fmt: skip
-    cands = []
-    for j, h in enumerate(hashes):
-        aten = j == 0
-        cands.append(
-            (
-                request_id * CANDIDATES + j, request_id, j, h, "aten" if aten else "triton",
-                "mm" if aten else "triton_mm", "" if aten else f"BLOCK_M={64 * j}, BLOCK_N=128, num_warps=8",
-                None if aten else "mm", "{}" if aten else json.dumps({"BLOCK_M": 64 * j, "BLOCK_N": 128}),
-                1.0 - 0.1 * j, None, None,
-            )  # fmt: skip
-        )
+    inputs = [{"sizes": list(sizes), "strides": [sizes[1], 1], "offset": 0, "dtype": "torch.bfloat16", "device": "cuda"}
+              for sizes in ((m, k), (k, n))]
+    validation = '{"passed": true, "max_abs_err": 0.0039, "atol": 0.01, "rtol": 0.01}'
+    request = (i + 1, env_id, request_key(i), "mm", inputs_key(i), "high", json.dumps(inputs), "{}",
+               json.dumps(sorted(hashes)), "ok", hashes[-1], validation, None, CREATED, CREATED, "bench", "bench",
+               10.0, "sweep")
+    cands = [((i + 1) * CANDIDATES + j, i + 1, j, h, "aten", "mm", "", None, "{}", 1.0, None, None) if j == 0 else
+             ((i + 1) * CANDIDATES + j, i + 1, j, h, "triton", "triton_mm", f"BLOCK_M={64 * j}, BLOCK_N=128",
+              "mm", json.dumps({"BLOCK_M": 64 * j, "BLOCK_N": 128}), 1.0 - 0.1 * j, None, None)
+             for j, h in enumerate(hashes)]
     return request, cands
 
 
-def batches(start: int, stop: int, env_id: int, size: int = 20_000):
+def batches(start: int, stop: int, env_id: int, size: int = 20_000) -> Iterator[tuple[list[Any], list[Any]]]:
     for lo in range(start, stop, size):
-        requests, cands = [], []
-        for i in range(lo, min(stop, lo + size)):
-            request, rows = rows_for(i, env_id)
-            requests.append(request)
-            cands.extend(rows)
-        yield requests, cands
-
-
-# ---------------------------------------------------------------------- filling
+        pairs = [rows_for(i, env_id) for i in range(lo, min(stop, lo + size))]
+        yield [request for request, _ in pairs], [row for _, rows in pairs for row in rows]
 
 
 def env_id_of(store: Store) -> int:
@@ -133,12 +111,10 @@ def libpq_url(url: str) -> str:
 def fill_postgres(url: str, start: int, stop: int, env_id: int) -> None:
     with psycopg.connect(libpq_url(url)) as conn, conn.cursor() as cur:
         for requests, cands in batches(start, stop, env_id):
-            with cur.copy(f"COPY requests ({', '.join(REQUEST_COLUMNS)}) FROM STDIN") as copy:
-                for row in requests:
-                    copy.write_row(row)
-            with cur.copy(f"COPY candidates ({', '.join(CANDIDATE_COLUMNS)}) FROM STDIN") as copy:
-                for row in cands:
-                    copy.write_row(row)
+            for table, columns, rows in (("requests", REQUEST_COLUMNS, requests), ("candidates", CANDIDATE_COLUMNS, cands)):
+                with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
             conn.commit()
         for table in ("requests", "candidates"):
             cur.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
@@ -148,58 +124,44 @@ def fill_postgres(url: str, start: int, stop: int, env_id: int) -> None:
         cur.execute("ANALYZE candidates")
 
 
-def _sqlite_ts(value: Any) -> Any:
-    # The store keeps UTC datetimes on SQLite as SQLAlchemy's naive ISO text.
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f") if isinstance(value, datetime) else value
-
-
 def fill_sqlite(path: Path, start: int, stop: int, env_id: int) -> None:
     conn = sqlite3.connect(path, timeout=60)
     conn.execute("PRAGMA synchronous=OFF")
-    req_sql = f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})"
-    cand_sql = f"INSERT INTO candidates ({', '.join(CANDIDATE_COLUMNS)}) VALUES ({', '.join('?' * len(CANDIDATE_COLUMNS))})"
+    insert = "INSERT INTO {} ({}) VALUES ({})"
     for requests, cands in batches(start, stop, env_id):
-        with conn:
-            conn.executemany(req_sql, ([_sqlite_ts(v) for v in row] for row in requests))
-            conn.executemany(cand_sql, cands)
+        with conn:  # the store keeps UTC datetimes on SQLite as SQLAlchemy's naive ISO text
+            conn.executemany(insert.format("requests", ", ".join(REQUEST_COLUMNS), ", ".join("?" * len(REQUEST_COLUMNS))),
+                             ([v.strftime("%Y-%m-%d %H:%M:%S.%f") if isinstance(v, datetime) else v for v in row]
+                              for row in requests))
+            conn.executemany(insert.format("candidates", ", ".join(CANDIDATE_COLUMNS),
+                                           ", ".join("?" * len(CANDIDATE_COLUMNS))), cands)
     conn.execute("ANALYZE")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
 
 
-# ------------------------------------------------------------------- measuring
-
-
 def reader(url: str, size: int, seed: int, duration: float, rate: float | None, barrier: Any, queue: Any) -> None:
+    """One reader process: lookups of random stored keys, closed loop or paced (Poisson arrivals)."""
     try:
-        rng = random.Random(seed)
+        rng, arrivals = random.Random(seed), random.Random(seed + 1)
         keys = [request_key(rng.randrange(size)) for _ in range(4000)]
         store = Store(url, read_only=True)
         for key in keys[:200]:  # warm up: connection, prepared statements, env id
             assert store.lookup(ENV, key) is not None
         wall, cpu = array("d"), array("d")
         barrier.wait()
-        start = time.perf_counter()
-        arrivals = random.Random(seed + 1)
-        scheduled = start
-        j = 0
+        start = scheduled = time.perf_counter()
         while True:
-            # Open loop: exponential gaps (Poisson arrivals), independent per reader.
             scheduled = scheduled + arrivals.expovariate(rate) if rate else time.perf_counter()
             if scheduled - start >= duration:
                 break
             if rate:
-                delay = scheduled - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                time.sleep(max(0.0, scheduled - time.perf_counter()))
             c0 = time.thread_time()
-            result = store.lookup(ENV, keys[j % len(keys)])
-            c1, t1 = time.thread_time(), time.perf_counter()
-            if result is None:
+            if store.lookup(ENV, keys[len(wall) % len(keys)]) is None:
                 raise AssertionError("lookup missed a stored key")
-            wall.append(t1 - scheduled)
-            cpu.append(c1 - c0)
-            j += 1
+            cpu.append(time.thread_time() - c0)
+            wall.append(time.perf_counter() - scheduled)
         store.close()
         queue.put((wall.tobytes(), cpu.tobytes(), time.perf_counter() - start))
     except BaseException as error:  # report instead of hanging the parent
@@ -209,29 +171,16 @@ def reader(url: str, size: int, seed: int, duration: float, rate: float | None, 
 
 def percentiles(values: list[float]) -> dict[str, float]:
     values = sorted(values)
-    n = len(values)
-
-    def pct(p: float) -> float:
-        return values[min(n - 1, int(p / 100 * n))] * 1000
-
-    return {
-        "n": n,
-        "mean_ms": statistics.fmean(values) * 1000,
-        "p50_ms": pct(50),
-        "p90_ms": pct(90),
-        "p99_ms": pct(99),
-        "p999_ms": pct(99.9),
-        "max_ms": values[-1] * 1000,
-    }
+    at = {name: values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
+          for name, p in (("p50_ms", 50), ("p90_ms", 90), ("p99_ms", 99), ("p999_ms", 99.9))}
+    return {"n": len(values), "mean_ms": statistics.fmean(values) * 1000, **at, "max_ms": values[-1] * 1000}
 
 
 def measure(url: str, size: int, readers: int, duration: float, rate: float | None) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
     barrier, queue = ctx.Barrier(readers), ctx.Queue()
-    procs = [
-        ctx.Process(target=reader, args=(url, size, 1000 * size + r, duration, rate, barrier, queue))
-        for r in range(readers)
-    ]
+    procs = [ctx.Process(target=reader, args=(url, size, 1000 * size + r, duration, rate, barrier, queue))
+             for r in range(readers)]
     for proc in procs:
         proc.start()
     outputs = [queue.get(timeout=duration * 4 + 120) for _ in procs]
@@ -240,86 +189,50 @@ def measure(url: str, size: int, readers: int, duration: float, rate: float | No
     errors = [o for o in outputs if isinstance(o, str)]
     if errors:
         raise RuntimeError(f"reader failed: {errors[0]}")
-    wall, cpu, elapsed = [], [], []
-    for w, c, e in outputs:
-        wall.extend(array("d", w))
-        cpu.extend(array("d", c))
-        elapsed.append(e)
-    stats = percentiles(wall)
-    cpu_stats = percentiles(cpu)
-    stats.update(
-        readers=readers,
-        paced_per_reader=rate,
-        lookups_per_s=len(wall) / max(elapsed),
-        client_cpu_p50_ms=cpu_stats["p50_ms"],
-        client_cpu_p99_ms=cpu_stats["p99_ms"],
-        client_cpu_mean_ms=cpu_stats["mean_ms"],
-    )
-    return stats
+    wall = [t for w, _, _ in outputs for t in array("d", w)]
+    cpu = percentiles([t for _, c, _ in outputs for t in array("d", c)])
+    return {**percentiles(wall), "readers": readers, "paced_per_reader": rate,
+            "lookups_per_s": len(wall) / max(e for _, _, e in outputs), "client_cpu_p50_ms": cpu["p50_ms"],
+            "client_cpu_p99_ms": cpu["p99_ms"], "client_cpu_mean_ms": cpu["mean_ms"]}
 
 
 def server_times(url: str, size: int, samples: int = 400) -> dict[str, Any]:
-    """PostgreSQL's own planning + execution time of the lookup statement."""
-    sql = str(_PG_LOOKUP.compile(dialect=postgresql.psycopg.dialect()))
-    rng = random.Random(size)
-    execution, planning = [], []
+    """PostgreSQL's own planning and execution time of the lookup statement (EXPLAIN ANALYZE)."""
+    sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + str(_PG_LOOKUP.compile(dialect=postgresql.psycopg.dialect()))
+    rng, plans = random.Random(size), []
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         env_id = conn.execute("SELECT id FROM environments WHERE key = %s", (ENV.key,)).fetchone()[0]
-        for n in range(samples + 20):
-            params = {"env_id": env_id, "key": request_key(rng.randrange(size))}
-            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0][0]
-            if n >= 20:  # skip the first, cold ones
-                execution.append(plan["Execution Time"] / 1000)
-                planning.append(plan["Planning Time"] / 1000)
-    exe, plan_stats = percentiles(execution), percentiles(planning)
-    return {
-        "execution_p50_ms": exe["p50_ms"],
-        "execution_p99_ms": exe["p99_ms"],
-        "planning_p50_ms": plan_stats["p50_ms"],
-        "planning_p99_ms": plan_stats["p99_ms"],
-    }
+        for _ in range(samples + 20):
+            plans.append(conn.execute(sql, {"env_id": env_id, "key": request_key(rng.randrange(size))}).fetchone()[0][0])
+    plans = plans[20:]  # the first, cold ones left out
+    exe, plan = (percentiles([p[key] / 1000 for p in plans]) for key in ("Execution Time", "Planning Time"))
+    return {"execution_p50_ms": exe["p50_ms"], "execution_p99_ms": exe["p99_ms"], "planning_p50_ms": plan["p50_ms"],
+            "planning_p99_ms": plan["p99_ms"]}
 
 
-# -------------------------------------------------------------------- backends
-
-
-class Backend:
-    name: str
-    url: str
-
-    def fill(self, start: int, stop: int, env_id: int) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class SqliteBackend(Backend):
+class SqliteBackend:
     name = "sqlite"
 
     def __init__(self, workdir: Path) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="autotune-bench-", dir=workdir))
-        self.path = self.dir / "cache.db"
-        self.url = f"sqlite:///{self.path}"
+        self.url = f"sqlite:///{self.dir / 'cache.db'}"
 
     def fill(self, start: int, stop: int, env_id: int) -> None:
-        fill_sqlite(self.path, start, stop, env_id)
+        fill_sqlite(self.dir / "cache.db", start, stop, env_id)
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class PostgresBackend(Backend):
+class PostgresBackend:
     name = "postgres"
 
     def __init__(self, admin_url: str) -> None:
-        self.admin = libpq_url(admin_url)
-        self.database = f"autotune_bench_{uuid.uuid4().hex[:8]}"
+        self.admin, self.database = libpq_url(admin_url), f"autotune_bench_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(self.admin, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'CREATE DATABASE "{self.database}"')
-        self.url = sa.make_url(admin_url).set(drivername="postgresql+psycopg", database=self.database).render_as_string(
-            hide_password=False
-        )
+        self.url = sa.make_url(admin_url).set(drivername="postgresql+psycopg", database=self.database) \
+            .render_as_string(hide_password=False)
 
     def fill(self, start: int, stop: int, env_id: int) -> None:
         fill_postgres(self.url, start, stop, env_id)
@@ -329,24 +242,7 @@ class PostgresBackend(Backend):
             conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
 
-# ------------------------------------------------------------------------ main
-
-
-def database_versions(admin_url: str | None) -> dict[str, Any]:
-    info: dict[str, Any] = {"sqlalchemy": sa.__version__, "psycopg": metadata.version("psycopg"),
-                            "psycopg_impl": psycopg.pq.__impl__, "libpq": psycopg.pq.version(),
-                            "sqlite": sqlite3.sqlite_version}
-    if admin_url:
-        try:
-            with psycopg.connect(libpq_url(admin_url), connect_timeout=5) as conn:
-                info["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
-                info["postgres_shared_buffers"] = conn.execute("SHOW shared_buffers").fetchone()[0]
-        except psycopg.Error as error:
-            info["postgres"] = f"unreachable: {error}"
-    return info
-
-
-def run_backend(backend: Backend, sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_backend(backend: Any, sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with Store(backend.url) as store:
         env_id = env_id_of(store)
@@ -438,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     store = results(args.out)
     run = store.run(args.label or "cpu", harness.machine(),
                     "python -m benchmarks.cache_bench " + " ".join(sys.argv[1:] if argv is None else argv))
-    run["databases"] = database_versions(args.postgres if "postgres" in backends else None)
+    run["databases"] = harness.database_versions(args.postgres if "postgres" in backends else None)
     run["settings"] = {"sizes": args.size_list, "readers": args.readers, "paced_rates_per_reader": args.rate_list,
                        "duration_s": args.duration, "candidates_per_request": CANDIDATES}
     run["results"] = []
@@ -447,9 +343,6 @@ def main(argv: list[str] | None = None) -> None:
         run["results"] += run_backend(backend, args.size_list, args)
     store.save()
     log(f"wrote {store.path} and its .md")
-
-
-# -------------------------------------------------------------------- report
 
 
 def _mode(row: dict[str, Any]) -> str:
@@ -464,7 +357,8 @@ def goals(run: dict[str, Any]) -> list[str]:
         mine = [r for r in rows if r["backend"] == "postgres" and r["readers"] == readers and r["paced_per_reader"] == rate]
         if mine:
             worst = max(mine, key=lambda r: r["p99_ms"])
-            out.append(f"- p99 < {P99_GOAL_MS:g} ms, PostgreSQL, {readers} readers {f'at {rate:g}/s each' if rate else 'flat out'}: "
+            pace = f"at {rate:g}/s each" if rate else "flat out"
+            out.append(f"- p99 < {P99_GOAL_MS:g} ms, PostgreSQL, {readers} readers {pace}: "
                        f"{'met' if worst['p99_ms'] < P99_GOAL_MS else 'NOT met'} (worst {worst['p99_ms']:.2f} ms, at "
                        f"{worst['requests']:,} requests)")
     for backend in sorted({r["backend"] for r in rows}):
@@ -479,8 +373,7 @@ def goals(run: dict[str, Any]) -> list[str]:
 
 
 def render(run: dict[str, Any]) -> list[str]:
-    versions = ", ".join(f"{k} {v}" for k, v in (run.get("databases") or run.get("machine") or {}).items()
-                         if k in ("postgres", "postgres_shared_buffers", "sqlalchemy", "psycopg", "libpq", "sqlite"))
+    versions = ", ".join(f"{k} {v}" for k, v in (run.get("databases") or {}).items())
     rows = [[r["backend"], f"{r['requests']:,}", _mode(r), fmt(r["p50_ms"], ".3f"), fmt(r["p99_ms"], ".3f"),
              fmt(r["p999_ms"], ".3f"), fmt(r["lookups_per_s"], ",.0f"),
              f"{fmt(r['client_cpu_p50_ms'], '.3f')} / {fmt(r['client_cpu_p99_ms'], '.3f')}",

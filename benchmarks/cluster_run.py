@@ -290,12 +290,14 @@ def render(report: dict[str, Any]) -> list[str]:
                             "results per node"], rows)
     killed = (spread_run or {}).get("killed")
     if killed:
-        lines += ["", f"Node {killed['node']} SIGKILLed {killed['at_s']} s into the spread sweep, {killed['stored_before']} "
-                  f"results stored by then; jobs re-queued: {killed['requeued']}; stored at the end: {killed['stored']} "
-                  f"results, {killed['distinct']} distinct; nothing lost or stored twice: **{killed['nothing_lost']}**."]
+        lines += ["", f"Node {killed['node']} SIGKILLed {killed['at_s']} s into the spread sweep, "
+                  f"{killed['stored_before']} results stored by then; jobs re-queued: {killed['requeued']}; stored at "
+                  f"the end: {killed['stored']} results, {killed['distinct']} distinct; nothing lost or stored twice: "
+                  f"**{killed['nothing_lost']}**."]
     if conc:
         lines += ["", f"Concurrent sweeps: {conc['sum_of_tuned']} tuned in all, {conc['stored_requests']} distinct "
-                  f"requests stored, tuned by both: {len(conc['tuned_by_both'])}; exactly once: **{conc['exactly_once']}**."]
+                  f"requests stored, tuned by both: {len(conc['tuned_by_both'])}; "
+                  f"exactly once: **{conc['exactly_once']}**."]
     return lines
 
 

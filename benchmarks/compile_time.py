@@ -85,9 +85,6 @@ def is_training_file(path: str | Path) -> bool:
     return any(isinstance(node, ast.FunctionDef) and node.name == "train_step" for node in tree.body)
 
 
-# ============================================================== the child: one scenario
-
-
 class BenchmarkCounter:
     """Every outermost call into Inductor's ``Benchmarker.benchmark*`` methods in this process:
     GEMM candidates, pointwise configs, coordinate descent, fusion and padding checks end there."""
@@ -175,15 +172,6 @@ def _minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {key: after[key] - before.get(key, 0) for key in after}
 
 
-def _cache_hits() -> dict[str, int]:
-    """Which compile caches hit or missed: FX graph, AOTAutograd, Dynamo packages, Triton kernels."""
-    names = {"inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "triton_bundler_load_static_autotuner",
-                          "async_compile_cache_miss"), "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
-             "dynamo_cache": ("dynamo_cache_hit", "dynamo_cache_miss", "dynamo_cache_error")}
-    found = {name: int(_counters(group)[name]) for group, keys in names.items() for name in keys}
-    return {name: value for name, value in found.items() if value}
-
-
 def _kernel_profile(call: Callable[[], Any], sync: Callable[[], None], calls: int = 10) -> dict[str, Any]:
     """GPU time per kernel and call (the largest 40), their sum per call, and launch calls per call."""
     from torch.profiler import ProfilerActivity, profile
@@ -208,7 +196,6 @@ def _kernel_profile(call: Callable[[], Any], sync: Callable[[], None], calls: in
 @dataclass
 class Prepared:
     """The model, its inputs and, for a training step, its optimizer: built before the clock."""
-
     module: Any
     inputs: tuple[Any, ...]
     train_step: Callable[..., Any] | None = None
@@ -379,7 +366,7 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
         call()
         sync()
         result.update(first_call_s=time.perf_counter() - start, setup_s=setup_s, bench=_benchmarks(counter),
-                      compile_phases=_compile_metrics()[0], caches=_cache_hits())
+                      compile_phases=_compile_metrics()[0])
         first_bench = result["bench"]
         if prepared.second_inputs is not None:
             result["recompile"] = _second_call(call, prepared.second_inputs, sync, counter, handle)
@@ -413,9 +400,6 @@ def _second_call(call: Callable[[tuple[Any, ...]], Any], inputs: tuple[Any, ...]
         after = handle.stats.as_dict()
         out["hook"] = {key: after[key] - hook_before[key] for key in ("hits", "misses", "written", "errors")}
     return out
-
-
-# ============================================================== the parent: scenarios of one model
 
 
 @dataclass
@@ -544,9 +528,6 @@ def _sweep_totals(report: dict[str, Any]) -> dict[str, Any]:
             "resumed_pass_s": (report.get("timeline") or {}).get("resumed_pass_go")}
 
 
-# ============================================================== goals and the report
-
-
 def _ok(results: dict[str, Any], name: str) -> dict[str, Any]:
     r = results.get(name)
     return r if r and r.get("status") == "ok" else {}
@@ -619,17 +600,14 @@ def render(run: dict[str, Any]) -> list[str]:
         lines += harness.table(["scenario", "first call s", "median ms", "kernels ms/call", "bench @1st gemm/pw/cd",
                                 "hits/misses", "note"], [_row(name, results[name]) for name in names])
         verdicts = {True: "met", False: "NOT met", None: "-"}
-        lines += [""] + harness.table(["ratio", "goal", "value", "verdict"],
-                                      [[g["name"], g["goal"], fmt(g["value"], "d" if isinstance(g["value"], int) else ".2f"), verdicts[g["met"]]]
-                                       for g in goals(results) if g["value"] is not None]) + [""]
+        lines += [""] + harness.table(["ratio", "goal", "value", "verdict"], [
+            [g["name"], g["goal"], fmt(g["value"], "d" if isinstance(g["value"], int) else ".2f"), verdicts[g["met"]]]
+            for g in goals(results) if g["value"] is not None]) + [""]
     return lines
 
 
 def results(out: Path) -> harness.Results:
     return harness.Results(out, "compile_time", "Compile time: first call and latency by scenario", render)
-
-
-# ============================================================== driver
 
 
 def _model_list(raw: str) -> list[tuple[str, str]]:
@@ -693,11 +671,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compile_time", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=f"scenarios: {', '.join(SCENARIOS)}")
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help=f"names ({', '.join(MODELS)}) or model files (default: {','.join(DEFAULT_MODELS)})")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
-                        help="a subset (default: all); a warm start adds the sweep unless --cache is given, a "
-                        "Mega-cache loader adds the scenario whose save it loads")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"names ({', '.join(MODELS)}) or files")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="a subset (and what each needs)")
     parser.add_argument("--out", default=str(harness.RESULTS), help="folder of compile_time.json/.md")
     parser.add_argument("--label", default=None, help="the run's name in the results (default: GPU and models)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per scenario (default 600)")
@@ -706,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=None, help="for example() and the sweep")
     parser.add_argument("--cache", metavar="URL", default=None, help="a filled cache for the warm starts")
     parser.add_argument("--optimizer-step", choices=("compiled", "eager"), default="compiled",
-                        help="a training step's optimizer step: compiled in the scenario's mode (default) or eager")
+                        help="a training step's optimizer step")
     parser.add_argument("--sweep-arg", action="append", metavar="ARG", help="extra `autotune sweep` argument")
     parser.add_argument("--log-dir", default=None, help="write each child's output here")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import shutil
@@ -91,9 +92,6 @@ def plan(models: list[str], modes: list[str], dynamics: list[str], baselines: st
                 if dynamic in baseline_dynamics:
                     steps += [Step(model, mode, "default", dynamic), Step(model, mode, "cold", dynamic)]
     return steps
-
-
-# ============================================================== running steps
 
 
 @dataclass
@@ -399,9 +397,6 @@ def one_line(result: dict[str, Any] | None) -> str:
     return " ".join(text.split())[:300]
 
 
-# ============================================================== rows and goals
-
-
 def _models(report: dict[str, Any]) -> list[str]:
     """The models in the results, in the zoo's order."""
     order = {name: i for i, name in enumerate(zoo.ZOO)}
@@ -546,9 +541,6 @@ def _goal(name: str, scope: str, value: int, text: str, judged: list[bool], fail
     return {"goal": name, "scope": scope, "value": value, "text": text, "met": met, "failing": failing}
 
 
-# ============================================================== output
-
-
 def _notes(r: dict[str, Any]) -> str:
     notes = [r["error"]] if r["status"] != "ok" and r.get("error") else []
     if r.get("resumed"):
@@ -603,9 +595,6 @@ def results(out: Path) -> harness.Results:
     return harness.Results(out, "conformance", "Model-zoo conformance", render)
 
 
-# ============================================================== driver
-
-
 def _names(raw: str, known: tuple[str, ...] | dict[str, Any], option: str) -> list[str]:
     names = [part.strip() for part in raw.split(",") if part.strip()]
     unknown = [name for name in names if name not in known]
@@ -615,14 +604,8 @@ def _names(raw: str, known: tuple[str, ...] | dict[str, Any], option: str) -> li
 
 
 def _library_versions() -> dict[str, str | None]:
-    """Versions from package metadata: nothing is imported (the parent stays without torch)."""
-    versions: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    """From package metadata: nothing is imported (the parent stays without torch)."""
+    return {name: importlib.metadata.version(name) if importlib.util.find_spec(name) else None for name in LIBRARIES}
 
 
 def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | None = None) -> dict[str, Any]:
@@ -648,16 +631,11 @@ def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | Non
     return same[-1]
 
 
-def _runs_default(device: str) -> tuple[int, int]:
-    return (50, 5) if device == "cuda" else (20, 3)
-
-
 def start(args: argparse.Namespace) -> Run:
     """Check the input, pick the device, load what earlier runs left."""
     started = time.monotonic()
-    models = list(zoo.CPU_SUBSET) if args.subset == "cpu" else _names(args.models or ",".join(zoo.ZOO), zoo.ZOO,
-                                                                         "--models")
-    args.models_list = models
+    args.models_list = list(zoo.CPU_SUBSET) if args.subset == "cpu" else \
+        _names(args.models or ",".join(zoo.ZOO), zoo.ZOO, "--models")
     args.modes = _names(args.modes_raw, zoo.MODES, "--modes")
     args.dynamics = _names(args.dynamics_raw, tuple(DYNAMICS), "--dynamics")
     device = args.device or ("cpu" if args.subset == "cpu" else None)
@@ -673,8 +651,8 @@ def start(args: argparse.Namespace) -> Run:
     device = device or "cuda"
     if device == "cuda" and not info.get("gpu"):
         raise BadInput("--device cuda: no CUDA GPU is visible here (use --device cpu)")
-    default_runs, default_warmup = _runs_default(device)
-    args.runs, args.warmup = args.runs or default_runs, args.warmup if args.warmup is not None else default_warmup
+    args.runs = args.runs or (50 if device == "cuda" else 20)
+    args.warmup = args.warmup if args.warmup is not None else (5 if device == "cuda" else 3)
     label = "cpu" if device == "cpu" else harness.slug(info["gpu"])
     out = Path(args.out)
     report = _load_report(out / "conformance.json", args.no_resume, info, Path(args.seed) if args.seed else None)
@@ -761,61 +739,44 @@ def _merge(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.conformance", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Model-zoo conformance of the sweep and the warm-start hook: requests found, tuned, failed "
-        "and key_mismatch; warm-start hits, misses and benchmarks in static, auto-dynamic and dynamic=True "
-        "modes; first call against default mode and latency against cold max-autotune.",
-        epilog="models: " + ", ".join(zoo.ZOO) + f"\nCPU subset (--subset cpu): {', '.join(zoo.CPU_SUBSET)}\n\n"
-        "examples:\n  python -m benchmarks.conformance --models resnet50,vit_b_16 --out $OUT\n"
-        "  python -m benchmarks.conformance --subset cpu --out /tmp/conformance\n"
-        "  python -m benchmarks.conformance --merge benchmarks/results/conformance.json g0/conformance.json")
+        description=__doc__.split("\n\n")[0], epilog=f"models: {', '.join(zoo.ZOO)}\nCPU subset: "
+        f"{', '.join(zoo.CPU_SUBSET)}\n\n{__doc__.split(chr(10) * 2)[-1]}")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
-    chosen.add_argument("--subset", choices=("cpu",), default=None,
-                        help="cpu: the CPU subset that CI runs (hand-written models; implies --device cpu)")
-    parser.add_argument("--modes", dest="modes_raw", metavar="MODES", default="infer,train",
-                        help="infer,train (default: both)")
+    chosen.add_argument("--subset", choices=("cpu",), default=None, help="the CPU subset CI runs (implies --device cpu)")
+    parser.add_argument("--modes", dest="modes_raw", metavar="MODES", default="infer,train", help="infer,train")
     parser.add_argument("--dynamics", dest="dynamics_raw", metavar="DYNAMICS", default=",".join(DYNAMICS),
-                        help="static,auto,dynamic (default: all three)")
+                        help="static,auto,dynamic")
     parser.add_argument("--baselines", choices=BASELINES, default="all",
-                        help="default-mode and cold max-autotune runs: in every dynamic mode (all, default), "
-                        "in static mode only (static: the dynamic rows' ratios are then shown against static "
-                        "and not judged), or none")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="default: cuda when a GPU is visible (CPU: tiny configs, freezing on for inference)")
-    parser.add_argument("--out", default=str(harness.RESULTS),
-                        help="folder of conformance.json/.md and the work folder (default: benchmarks/results)")
-    parser.add_argument("--budget", type=float, default=560.0,
-                        help="seconds: start no step that would not finish by then (default 560)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most (default 600)")
+                        help="default and cold max-autotune in every dynamic mode, in static only (the dynamic rows' "
+                        "ratios are then shown, not judged), or none")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
+    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of conformance.json/.md and the work folder")
+    parser.add_argument("--budget", type=float, default=560.0, help="seconds: start no step that would not end by then")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most")
     parser.add_argument("--runs", type=int, default=None, help="timed calls per compile (default: 50 CUDA, 20 CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
-    parser.add_argument("--no-resume", action="store_true", help="start a fresh results file")
+    parser.add_argument("--no-resume", action="store_true", help="start a fresh run")
     parser.add_argument("--seed", metavar="FILE", default=None,
-                        help="when --out holds no results yet, start from this results file (the committed "
-                             "table): only the steps it lacks run, e.g. the cold baselines of rows swept earlier")
-    parser.add_argument("--retry-errors", action="store_true",
-                        help="also run again the steps that failed or timed out (a resumed run keeps them)")
-    parser.add_argument("--log-dir", default=None, help="write each child's full output here")
-    parser.add_argument("--keep-caches", action="store_true",
-                        help="keep each sweep's database after its warm starts are done (default: deleted then)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+                        help="with no results in --out yet, start from this machine's run in FILE (the committed table)")
+    parser.add_argument("--retry-errors", action="store_true", help="also run again the steps that failed")
+    parser.add_argument("--log-dir", default=None, help="write each child's output here")
+    parser.add_argument("--keep-caches", action="store_true", help="keep each sweep's database after its warm starts")
+    parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--merge", nargs="+", metavar="FILE", default=None,
-                        help="run nothing: merge these results files (runs on one kind of GPU, e.g. one queue "
-                        "per GPU of a host) into --out's conformance.json, one run per machine")
+                        help="run nothing: merge these results files (one queue per GPU, say) into --out's, by machine")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv_text = " ".join(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    harness.log_to_stderr(args.verbose)
     if args.merge:
         return _merge(args)
-    if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
-        print("conformance: --budget, --timeout and --runs must be positive", file=sys.stderr)
-        return EXIT_BAD_INPUT
     try:
+        if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
+            raise BadInput("--budget, --timeout and --runs must be positive")
         run = start(args)
     except BadInput as error:
         print(f"conformance: {error}", file=sys.stderr)

@@ -24,20 +24,6 @@ from typing import Any
 from benchmarks import harness
 
 
-def database_versions() -> dict[str, Any]:
-    import sqlite3
-
-    import alembic
-    import psycopg
-    import sqlalchemy as sa
-
-    url = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    with sa.create_engine(url, poolclass=sa.NullPool).connect() as conn:
-        server = conn.exec_driver_sql("SHOW server_version").scalar_one()
-    return {"postgresql": server, "sqlite": sqlite3.sqlite_version, "sqlalchemy": sa.__version__,
-            "alembic": alembic.__version__, "psycopg": psycopg.__version__}
-
-
 def render(run: dict[str, Any]) -> list[str]:
     outcomes = run["scenarios"]
     rows = [[o["scenario"], o["checks"], "yes" if o["passed"] else "NO",
@@ -72,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     store = results(Path(args.out))
     run = store.run(args.label or harness.slug(info.get("gpu") or "cpu"), info,
                     "python -m benchmarks.faults " + " ".join(sys.argv[1:] if argv is None else argv))
-    run.update(databases=database_versions(), scenarios=outcomes, pytest_exit=done.returncode)
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    run.update(databases=harness.database_versions(url), scenarios=outcomes, pytest_exit=done.returncode)
     store.save()
     print(store.path.with_suffix(".md").read_text())
     return done.returncode

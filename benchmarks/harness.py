@@ -74,9 +74,6 @@ def log_to_stderr(verbose: bool = False) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-# ============================================================== child processes
-
-
 @dataclass
 class Completed:
     rc: int | None  # None: cut at its timeout
@@ -177,9 +174,6 @@ def warm_bytecode() -> None:
     log.info("bytecode warm-up: %.1f s (rc %s)", time.perf_counter() - started, done.rc)
 
 
-# ============================================================== machine and versions
-
-
 def machine(timeout: float = 300) -> dict[str, Any]:
     """Machine and versions, read by a child so that the parent never imports torch or holds the GPU."""
     with tempfile.TemporaryDirectory(prefix="bench_info_") as tmp:
@@ -226,13 +220,29 @@ def _versions() -> dict[str, Any]:
     return info
 
 
+def database_versions(url: str | None) -> dict[str, Any]:
+    """The database stack's versions, and the PostgreSQL server's at ``url`` (if given)."""
+    import sqlite3
+    from importlib import metadata
+
+    import sqlalchemy as sa
+
+    info: dict[str, Any] = {"sqlite": sqlite3.sqlite_version, "sqlalchemy": sa.__version__,
+                            **{name: metadata.version(name) for name in ("alembic", "psycopg")}}
+    if url:
+        try:
+            with sa.create_engine(url, poolclass=sa.NullPool, connect_args={"connect_timeout": 5}).connect() as conn:
+                info.update(postgresql=conn.exec_driver_sql("SHOW server_version").scalar_one(),
+                            shared_buffers=conn.exec_driver_sql("SHOW shared_buffers").scalar_one())
+        except sa.exc.SQLAlchemyError as error:
+            info["postgresql"] = f"unreachable: {str(error).splitlines()[0]}"
+    return info
+
+
 def machine_line(info: dict[str, Any]) -> str:
     gpu = f"{info['gpu']} x{info.get('gpu_count', 1)}" if info.get("gpu") else "no GPU"
     versions = ", ".join(f"{k} {info[k]}" for k in ("python", "torch", "triton", "cuda", "autotune") if info.get(k))
     return f"{gpu}; {info.get('cpu') or '-'} ({info.get('cpu_count')} cores); {versions}"
-
-
-# ============================================================== results files
 
 
 class Results:

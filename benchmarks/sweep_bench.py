@@ -98,8 +98,8 @@ def render(run: dict[str, Any]) -> list[str]:
     multi = run.get("multi")
     if multi:
         lines += ["", f"Three models in one sweep ({', '.join(multi.get('names', []))}): {fmt(multi.get('wall_s'))} s "
-                  f"against {fmt(multi.get('sum_of_singles_s'))} s for the single sweeps ({fmt(multi.get('vs_sum'), '.2f')}x), "
-                  f"{multi.get('found', '-')} requests."]
+                  f"against {fmt(multi.get('sum_of_singles_s'))} s for the single sweeps "
+                  f"({fmt(multi.get('vs_sum'), '.2f')}x), {multi.get('found', '-')} requests."]
     return lines + (["", "Skipped (the time budget): " + ", ".join(run["skipped"])] if run.get("skipped") else [])
 
 
