@@ -95,8 +95,9 @@ def test_sigkilled_sweep_and_tuning_child(backend: str, request: pytest.FixtureR
     child's request as failed with its reason, and finishes."""
     url = request.getfixturevalue(f"{backend}_url")
     kills = 2 if FULL and backend == "sqlite" else 1
-    outcome = faults.killed_sweeps(url, size("8", "4,8,16"), kills, tmp_path, seed=kills,  # type: ignore[arg-type]
-                                   grace=60.0 if kills == 2 else 10.0)
+    seed, grace = (kills, 60.0 if kills == 2 else 10.0) if FULL else (0, 10.0)
+    batch_sizes = "4,8,16" if FULL else "8"
+    outcome = faults.killed_sweeps(url, batch_sizes, kills, tmp_path, seed=seed, grace=grace)
     _passed(outcome)
     assert outcome.figures["rerun_failed"] == 1
 
