@@ -139,7 +139,8 @@ def _signal_session(session: int, sig: int) -> None:
 
 def start_sweep(cluster: Cluster, models: list[str], cache: str, device: str, extra: list[str],
                 log_path: Path) -> tuple[subprocess.Popen[str], Any]:
-    cmd = harness.AUTOTUNE + ["sweep", *models, "--address", cluster.address, "--cache", cache, "--device", device, "--json", *extra]
+    cmd = harness.AUTOTUNE + ["sweep", *models, "--address", cluster.address, "--cache", cache, "--device", device,
+                              "--json", *extra]
     sink = open(log_path, "w")
     sink.write("$ autotune " + " ".join(cmd[3:]) + "\n")
     sink.flush()
@@ -156,11 +157,7 @@ def finish_sweep(proc: subprocess.Popen[str], sink: Any, started: float, timeout
     wall = time.perf_counter() - started
     sink.write(f"# rc={proc.returncode} wall={wall:.1f}s\n--- stdout\n{stdout}")
     sink.close()
-    try:
-        report = json.loads(stdout[stdout.index("{"):])
-    except ValueError:
-        report = None
-    return {"rc": proc.returncode, "wall_s": wall, "report": report}
+    return {"rc": proc.returncode, "wall_s": wall, "report": harness.sweep_report(stdout)}
 
 
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
@@ -180,10 +177,6 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
             "tuned_keys": sorted(r["request_key"] for r in results if r.get("request_key")),
             "results_per_node": by_node,
             "pointwise": {k: (report.get("pointwise") or {}).get(k) for k in ("saved", "seconds", "error")}}
-
-
-def stored_request_keys(cache: str) -> list[str]:
-    return sorted({key for key, _ in stored_results(cache)})
 
 
 def stored_results(cache: str) -> list[tuple[str, str]]:
@@ -239,7 +232,7 @@ def concurrent(cluster: Cluster, lists: list[list[str]], cache: str, device: str
              for i, models in enumerate(lists)]
     runs = [summarize(finish_sweep(p, s, started, timeout)) for p, s in procs]
     keys = [set(r["tuned_keys"]) for r in runs]
-    stored = stored_request_keys(cache)
+    stored = {key for key, _ in stored_results(cache)}
     tuned_sum = sum(int(r["totals"]["tuned"] or 0) + int(r["totals"]["failed"] or 0) for r in runs)
     return {"models": lists, "runs": runs, "stored_requests": len(stored),
             "tuned_by_both": sorted(keys[0] & keys[1]) if len(keys) == 2 else [],

@@ -300,8 +300,10 @@ def ratio(a: Any, b: Any) -> float | None:
 
 def results_of(path: Path) -> Results:
     """The results file at ``path``, with its benchmark's own Markdown (``benchmarks.<name>.results``)."""
-    module = importlib.import_module(f"benchmarks.{Path(path).stem}")
-    return module.results(Path(path).parent)
+    data = load(path) if Path(path).exists() else {"benchmark": Path(path).stem, "runs": []}
+    store = importlib.import_module(f"benchmarks.{data['benchmark']}").results(Path(path).parent)
+    store.path, store.data = Path(path), data
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:
