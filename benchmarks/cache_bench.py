@@ -201,9 +201,11 @@ def server_times(url: str, size: int, samples: int = 400) -> dict[str, Any]:
     sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + str(_PG_LOOKUP.compile(dialect=postgresql.psycopg.dialect()))
     rng, plans = random.Random(size), []
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        env_id = conn.execute("SELECT id FROM environments WHERE key = %s", (ENV.key,)).fetchone()[0]
+        env_row = conn.execute("SELECT id FROM environments WHERE key = %s", (ENV.key,)).fetchone()
+        env_id = env_row[0]  # type: ignore[index]
         for _ in range(samples + 20):
-            plans.append(conn.execute(sql, {"env_id": env_id, "key": request_key(rng.randrange(size))}).fetchone()[0][0])
+            row = conn.execute(sql, {"env_id": env_id, "key": request_key(rng.randrange(size))}).fetchone()
+            plans.append(row[0][0])  # type: ignore[index]
     plans = plans[20:]  # the first, cold ones left out
     exe, plan = (percentiles([p[key] / 1000 for p in plans]) for key in ("Execution Time", "Planning Time"))
     return {"execution_p50_ms": exe["p50_ms"], "execution_p99_ms": exe["p99_ms"], "planning_p50_ms": plan["p50_ms"],

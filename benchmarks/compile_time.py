@@ -28,7 +28,6 @@ import importlib.machinery
 import importlib.util
 import inspect
 import logging
-import os
 import shutil
 import statistics
 import sys
@@ -154,7 +153,7 @@ def _compile_metrics() -> tuple[dict[str, float], dict[str, int]]:
         _, each = compile_times(repr="csv", aggregate=False)
     except Exception:  # noqa: BLE001 - details only
         return {}, {}
-    seconds = {str(n): float(v) for n, v in zip(names, totals) if str(v).strip()}
+    seconds = {str(n): float(str(v)) for n, v in zip(names, totals) if str(v).strip()}
     return seconds, {str(n): len([x for x in str(v).split(",") if x.strip()]) for n, v in zip(names, each)}
 
 
@@ -249,8 +248,8 @@ def _compile_workload(prepared: Prepared, mode: str, args: argparse.Namespace) -
     if args.optimizer_step == "compiled":
         # Kept out of caching_precompile: with the optimizer's deliberate graph breaks, torch 2.13 fails
         # to load the package in a fresh process ("Name '__resume_at_...' already exists in scope").
-        off = {"caching_precompile": False} if hasattr(torch._dynamo.config, "caching_precompile") else {}
-        with torch._dynamo.config.patch(**off):
+        has = hasattr(torch._dynamo.config, "caching_precompile")
+        with torch._dynamo.config.patch({"caching_precompile": False} if has else {}):
             prepared.optimizer.step = _torch_compile(prepared.optimizer.step, mode)
     step, optimizer = prepared.train_step, prepared.optimizer
     return lambda inputs: step(compiled, optimizer, inputs)
@@ -316,7 +315,7 @@ def _latency(call: Callable[[], Any], sync: Callable[[], None], cuda: bool, runs
             end.record()
         sync()
         wall.append((time.perf_counter() - start) * 1e3)
-        if begin is not None:
+        if begin is not None and end is not None:
             gpu.append(begin.elapsed_time(end))
     return {"median_ms": statistics.median(wall), "min_ms": min(wall), "mean_ms": statistics.fmean(wall),
             "median_gpu_ms": statistics.median(gpu) if gpu else None}
@@ -517,7 +516,7 @@ def run_sweep(run: ModelRun, args: argparse.Namespace, log_path: Path | None) ->
 
 
 def _sweep_totals(report: dict[str, Any]) -> dict[str, Any]:
-    totals, statuses = report.get("totals", {}), {}
+    totals, statuses = report.get("totals", {}), {}  # type: dict[str, Any], dict[str, int]
     for request in report.get("requests") or ():  # per request: ok, cached, key_mismatch, compile_error...
         statuses[str(request.get("status"))] = statuses.get(str(request.get("status")), 0) + 1
     return {"statuses": statuses, "sweep_wall_s": totals.get("wall_seconds"), "capture_s": totals.get("capture_seconds"),
@@ -645,7 +644,8 @@ def benchmark(args: argparse.Namespace) -> int:
     run.update(settings={k: getattr(args, k) for k in ("runs", "warmup", "timeout", "batch_size", "dynamic")},
                models={})
     for name, path in models:
-        entry = run["models"][name] = {"path": path, "scenarios": {}}
+        entry: dict[str, Any] = {"path": path, "scenarios": {}}
+        run["models"][name] = entry
         tmp = Path(tempfile.mkdtemp(prefix=f"compile_time_{name}_"))
         model_run = ModelRun(name, path, scenarios, tmp, args.cache or f"sqlite:///{tmp / 'cache.db'}",
                              train=is_training_file(harness.REPO / path))

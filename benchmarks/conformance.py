@@ -139,12 +139,12 @@ class Run:
 
 
 def _complete(result: dict[str, Any] | None) -> bool:
-    return bool(result) and result.get("status") not in ("skipped", None)
+    return (result or {}).get("status") not in ("skipped", None)
 
 
 def _done(run: Run, result: dict[str, Any] | None) -> bool:
     """Complete, and not a failure that --retry-errors asks to run again."""
-    return _complete(result) and not (run.args.retry_errors and result.get("status") in ("error", "timeout"))
+    return _complete(result) and not (run.args.retry_errors and (result or {}).get("status") in ("error", "timeout"))
 
 
 def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
@@ -203,7 +203,8 @@ def merge_sweeps(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def estimate_s(report: dict[str, Any], step: Step, device: str) -> float:
     """The longest like step of this model so far, else the median of other models', else a guess."""
-    mine, others = [], []
+    mine: list[float] = []
+    others: list[float] = []
     for model, entry in report.get("models", {}).items():
         for group in entry.get("modes", {}).values():
             for key, result in group.get("steps", {}).items():

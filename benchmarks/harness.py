@@ -216,7 +216,7 @@ def _versions() -> dict[str, Any]:
     if shutil.which("nvidia-smi"):
         done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                               capture_output=True, text=True, timeout=30)
-        info["driver"] = (done.stdout.strip().splitlines() or [None])[0]
+        info["driver"] = next(iter(done.stdout.split()), None)
     return info
 
 

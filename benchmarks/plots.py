@@ -125,7 +125,8 @@ def sweep_scaling(results: Path, out: Path) -> None:
                      fontsize=9)
     axes[0][0].set_ylabel("wall time of the whole sweep command (s)")
     handles = [Line2D([], [], color=colors[m], linewidth=6, label=MODEL_NAMES[m]) for m in ("gpt", "resnet")]
-    handles += [Line2D([], [], color="black", linestyle=style, marker=marker, label=label) for style, marker, label in
+    handles += [Line2D([], [], color="black", linestyle=style, marker=marker, label=label)  # type: ignore[arg-type]
+                for style, marker, label in
                 (("-", "o", "autotune sweep"), (":", "", "ideal scaling: T1 / N"),
                  ("--", "", "max-autotune cold, one compile"))]
     fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
