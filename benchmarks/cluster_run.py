@@ -1,32 +1,23 @@
 """Sweeps through ``--address`` on a real multi-node Ray cluster on one host.
 
-A team's set-up in miniature (README, "A multi-node Ray cluster"): a token-auth Ray
-cluster of ``--nodes`` nodes, each its own ``ray start`` with its own GPU
-(``CUDA_VISIBLE_DEVICES``) or, on CPU, its own CPUs; the cache on one database
-(PostgreSQL for a team). Then:
+A team's set-up in miniature: a token-auth Ray cluster of ``--nodes`` nodes, each its own
+``ray start`` with its own GPU (``--gpus-per-node 1``) or its own CPUs, the cache on one
+database (PostgreSQL for a team). Then ``spread``: one sweep of ``--models`` into a fresh
+database, which node tuned what; with ``--kill-node I`` node I dies as a whole once
+``--kill-after`` results are stored, and every request must still be stored once, ``ok``.
+And ``concurrent`` (``--concurrent 'A;B'``): two sweeps started at once over overlapping
+model lists; every request must be tuned exactly once (the reports' tuned + failed add up to
+the distinct requests stored, and no request was tuned by both).
 
-1. ``spread``: one sweep of ``--models`` through ``--address``, into a fresh database:
-   which node tuned what. With ``--kill-node I``, node I (not the head) is killed as a whole
-   (SIGKILL to its ``ray start`` session) once ``--kill-after`` results are stored: the sweep
-   must still finish, and every request it found must be stored exactly once, each ``ok``.
-2. ``concurrent`` (with ``--concurrent A;B``): two sweeps started at the same moment
-   over overlapping model lists, into a fresh database: every request must be tuned
-   exactly once. Each report's ``totals.tuned`` counts what that sweep tuned itself,
-   so their sum must equal the number of distinct requests stored.
-
-    python benchmarks/cluster_run.py --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \\
+    python -m benchmarks.cluster_run --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \
         --models examples/mlp.py --concurrent 'examples/mlp.py,tests/models/tiny_mlp.py;tests/models/tiny_mlp.py'
-    python benchmarks/cluster_run.py --out /tmp/cluster --cache postgresql://postgres@127.0.0.1/test \
-        --nodes 4 --gpus-per-node 1 --cpus-per-node 16 --models examples/resnet.py,examples/gpt.py --kill-node 3
-
-On a GPU host, ``--gpus-per-node 1`` gives node i the GPU i. Writes
-``<out>/cluster_<gpu or cpu>.json`` and ``.md``, and each command's log under ``<out>/logs``.
+    python -m benchmarks.cluster_run --out $OUT --cache postgresql://postgres@127.0.0.1/test --nodes 4 \
+        --gpus-per-node 1 --cpus-per-node 16 --models examples/resnet.py,examples/gpt.py --kill-node 3
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import logging
 import os
@@ -41,10 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compile_time import machine_info, slug  # noqa: E402
+from benchmarks import harness
 
-ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("cluster_run")
 NOT_TUNED_HERE = ("cached", "elsewhere", "planned", "not_run")
 
@@ -62,12 +51,8 @@ def _ray_command() -> str:
 
 
 class Cluster:
-    """``nodes`` Ray nodes on this host, token auth on; stop() ends them all.
-
-    ``env`` is what a host that joins needs (RAY_AUTH_MODE=token and the token's path);
-    ``node_env`` is added to the nodes' own environment (tests shorten Ray's health checks).
-    tests/test_cluster.py runs its cluster through this class too.
-    """
+    """``nodes`` Ray nodes on this host, token auth on; stop() ends them all. ``env`` is what a
+    host that joins needs; ``node_env`` goes to the nodes only (tests shorten Ray's health checks)."""
 
     def __init__(self, nodes: int, gpus_per_node: int, cpus_per_node: int, logs: Path,
                  node_env: dict[str, str] | None = None) -> None:
@@ -76,7 +61,7 @@ class Cluster:
         token.write_text(secrets.token_hex(32))
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
-                        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+                        PYTHONPATH=os.pathsep.join(p for p in (str(harness.REPO), os.environ.get("PYTHONPATH")) if p))
         self.address = f"127.0.0.1:{_free_port()}"
         self.logs = logs
         self.node_env = dict(node_env or {})
@@ -121,9 +106,8 @@ class Cluster:
             time.sleep(1)
 
     def kill(self, index: int, sig: int = signal.SIGTERM, grace: float = 20) -> None:
-        """End node ``index`` as a whole: every process of its session (``ray start``, its raylet,
-        and its workers, which Ray puts in process groups of their own); after ``grace``
-        seconds of a graceful stop, SIGKILL."""
+        """End node ``index`` as a whole: every process of its session (``ray start``, its raylet, its
+        workers, in process groups of their own); SIGKILL after ``grace`` seconds of a graceful stop."""
         proc = self.procs[index]
         _signal_session(proc.pid, sig)
         try:
@@ -136,8 +120,7 @@ class Cluster:
             _signal_session(proc.pid, signal.SIGKILL)
 
     def stop(self) -> None:
-        # Nothing of the cluster is kept: a head's graceful stop that takes longer than a
-        # few seconds (up to 20 s was seen in the tests' teardown) is cut short.
+        # Nothing of the cluster is kept: a head's graceful stop (up to 20 s) is cut short.
         for index in reversed(range(len(self.procs))):
             self.kill(index, grace=3)
         shutil.rmtree(self.temp, ignore_errors=True)
@@ -156,12 +139,12 @@ def _signal_session(session: int, sig: int) -> None:
 
 def start_sweep(cluster: Cluster, models: list[str], cache: str, device: str, extra: list[str],
                 log_path: Path) -> tuple[subprocess.Popen[str], Any]:
-    cmd = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')", "sweep", *models,
-           "--address", cluster.address, "--cache", cache, "--device", device, "--json", *extra]
+    cmd = harness.AUTOTUNE + ["sweep", *models, "--address", cluster.address, "--cache", cache, "--device", device,
+                              "--json", *extra]
     sink = open(log_path, "w")
     sink.write("$ autotune " + " ".join(cmd[3:]) + "\n")
     sink.flush()
-    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE, stderr=sink, text=True, cwd=ROOT)
+    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE, stderr=sink, text=True, cwd=harness.REPO)
     return proc, sink
 
 
@@ -174,11 +157,7 @@ def finish_sweep(proc: subprocess.Popen[str], sink: Any, started: float, timeout
     wall = time.perf_counter() - started
     sink.write(f"# rc={proc.returncode} wall={wall:.1f}s\n--- stdout\n{stdout}")
     sink.close()
-    try:
-        report = json.loads(stdout[stdout.index("{"):])
-    except ValueError:
-        report = None
-    return {"rc": proc.returncode, "wall_s": wall, "report": report}
+    return {"rc": proc.returncode, "wall_s": wall, "report": harness.sweep_report(stdout)}
 
 
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
@@ -198,10 +177,6 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
             "tuned_keys": sorted(r["request_key"] for r in results if r.get("request_key")),
             "results_per_node": by_node,
             "pointwise": {k: (report.get("pointwise") or {}).get(k) for k in ("saved", "seconds", "error")}}
-
-
-def stored_request_keys(cache: str) -> list[str]:
-    return sorted({key for key, _ in stored_results(cache)})
 
 
 def stored_results(cache: str) -> list[tuple[str, str]]:
@@ -257,7 +232,7 @@ def concurrent(cluster: Cluster, lists: list[list[str]], cache: str, device: str
              for i, models in enumerate(lists)]
     runs = [summarize(finish_sweep(p, s, started, timeout)) for p, s in procs]
     keys = [set(r["tuned_keys"]) for r in runs]
-    stored = stored_request_keys(cache)
+    stored = {key for key, _ in stored_results(cache)}
     tuned_sum = sum(int(r["totals"]["tuned"] or 0) + int(r["totals"]["failed"] or 0) for r in runs)
     return {"models": lists, "runs": runs, "stored_requests": len(stored),
             "tuned_by_both": sorted(keys[0] & keys[1]) if len(keys) == 2 else [],
@@ -291,102 +266,86 @@ def node_names(ray_nodes: list[dict[str, Any]]) -> dict[str, str]:
     return names
 
 
-def render(report: dict[str, Any]) -> str:
-    info = report["machine"]
-    lines = [f"# Sweeps on a {report['nodes']}-node Ray cluster: {info.get('gpu') or 'CPU'}", "",
-             f"Generated {report['date']} by `python benchmarks/cluster_run.py {report['argv']}`; "
-             f"python {info.get('python')}, torch {info.get('torch')}, triton {info.get('triton')}, "
-             f"ray {report.get('ray')}, cache {report['cache_kind']}.", "", "Nodes (each its own `ray start`):", ""]
-    lines += [f"- `{c}`" for c in report["node_commands"]]
-    lines += ["", "| run | models | rc | wall s | captured | found | tuned | failed | elsewhere | results per node |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-
+def render(report: dict[str, Any]) -> list[str]:
     names = node_names(report.get("ray_nodes") or [])
 
-    def row(label: str, models: list[str], run: dict[str, Any]) -> str:
+    def row(label: str, models: list[str], run: dict[str, Any]) -> list[Any]:
         t = run["totals"]
         nodes = ", ".join(f"{names.get(k, k[:8])}: {v}" for k, v in run["results_per_node"].items()) or "-"
-        return (f"| {label} | {', '.join(Path(m).stem for m in models)} | {run['rc']} | {run['wall_s']} | "
-                f"{t['captured']} | {t['found']} | {t['tuned']} | {t['failed']} | {t['elsewhere']} | {nodes} |")
+        return [label, ", ".join(Path(m).stem for m in models), run["rc"], run["wall_s"], t["found"], t["tuned"],
+                t["failed"], t["elsewhere"], nodes]
 
-    if report.get("spread"):
-        lines.append(row("spread", report["spread"]["models"], report["spread"]["run"]))
-    killed = (report.get("spread") or {}).get("killed")
+    spread_run, conc = report.get("spread"), report.get("concurrent")
+    rows = [row("spread", spread_run["models"], spread_run["run"])] if spread_run else []
+    rows += [row(f"concurrent {i + 1}", conc["models"][i], r) for i, r in enumerate(conc["runs"])] if conc else []
+    lines = [f"{report['nodes']} Ray nodes (ray {report.get('ray')}), the cache on {report['cache_kind']}.", ""]
+    lines += harness.table(["run", "models", "rc", "wall s", "found", "tuned", "failed", "elsewhere",
+                            "results per node"], rows)
+    killed = (spread_run or {}).get("killed")
     if killed:
-        lines += ["", f"Node {killed['node']} killed (SIGKILL to its `ray start` session) {killed['at_s']} s into the "
-                  f"spread sweep, with {killed['stored_before']} results stored (sweep still running: "
-                  f"{killed['sweep_still_running']}). Jobs re-queued: {killed['requeued']}. Stored at the end: "
-                  f"{killed['stored']} results, {killed['distinct']} distinct requests, statuses "
-                  f"{', '.join(killed['statuses']) or '-'}; live nodes afterwards: {killed.get('live_nodes_after', '-')}; "
-                  f"nothing lost or stored twice: **{killed['nothing_lost']}**."]
-    conc = report.get("concurrent")
+        lines += ["", f"Node {killed['node']} SIGKILLed {killed['at_s']} s into the spread sweep, "
+                  f"{killed['stored_before']} results stored by then; jobs re-queued: {killed['requeued']}; stored at "
+                  f"the end: {killed['stored']} results, {killed['distinct']} distinct; nothing lost or stored twice: "
+                  f"**{killed['nothing_lost']}**."]
     if conc:
-        for i, run in enumerate(conc["runs"]):
-            lines.append(row(f"concurrent {i + 1}", conc["models"][i], run))
-        lines += ["", f"Concurrent sweeps: {conc['sum_of_tuned']} tuned in all (tuned + failed of both reports), "
-                  f"{conc['stored_requests']} distinct requests stored, tuned by both: {len(conc['tuned_by_both'])}; "
+        lines += ["", f"Concurrent sweeps: {conc['sum_of_tuned']} tuned in all, {conc['stored_requests']} distinct "
+                  f"requests stored, tuned by both: {len(conc['tuned_by_both'])}; "
                   f"exactly once: **{conc['exactly_once']}**."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--cache", required=True,
-                        help="a cache URL: each run writes to a fresh database beside it (SQLite: a fresh file)")
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "cluster_run", "Sweeps through a multi-node Ray cluster", render)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of cluster_run.json/.md and the logs")
+    parser.add_argument("--cache", required=True, help="a cache URL: each run writes to a fresh database beside it")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus-per-node", type=int, default=0, help="0: a CPU cluster (--device cpu)")
     parser.add_argument("--cpus-per-node", type=int, default=1)
     parser.add_argument("--models", default="", help="comma-separated model files for the spread sweep")
     parser.add_argument("--concurrent", default="", help="two comma-separated model lists, split by ';'")
     parser.add_argument("--sweep-args", default="", help="extra arguments for every sweep")
-    parser.add_argument("--kill-node", type=int, default=None,
-                        help="kill this node (1 .. nodes-1) during the spread sweep")
+    parser.add_argument("--kill-node", type=int, default=None, help="kill this node (not the head) mid-sweep")
     parser.add_argument("--kill-after", type=int, default=1, help="... once this many results are stored")
     parser.add_argument("--timeout", type=float, default=540.0)
-    args = parser.parse_args()
+    parser.add_argument("--label", default=None, help="the run's name (default: the device and node count)")
+    args = parser.parse_args(argv)
     if args.kill_node is not None and not 0 < args.kill_node < args.nodes:
         parser.error(f"--kill-node must name a node other than the head: 1 .. {args.nodes - 1}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(args.out)
-    logs = out / "logs"
+    harness.log_to_stderr()
+    logs = Path(args.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     device = "cuda" if args.gpus_per_node else "cpu"
     extra = args.sweep_args.split()
     if device == "cpu" and "--workers" not in extra:
         extra += ["--workers", str(args.nodes * args.cpus_per_node)]
-    info = machine_info(120)
+    info = harness.machine(120)
     import ray
 
-    report: dict[str, Any] = {"machine": info, "argv": " ".join(sys.argv[1:]), "nodes": args.nodes, "ray": ray.__version__,
-                              "cache_kind": args.cache.split(":", 1)[0],
-                              "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()}
-    stem = f"cluster_{slug(info.get('gpu') or 'cpu')}"
-    def save() -> None:  # after each run, and before the cluster stops (a slow stop can be cut off)
-        (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-        (out / f"{stem}.md").write_text(render(report))
-
+    store = results(Path(args.out))
+    label = args.label or f"{harness.slug(info.get('gpu') or 'cpu')}: {args.nodes} nodes"
+    report = store.run(label, info, "python -m benchmarks.cluster_run " + " ".join(sys.argv[1:] if argv is None else argv))
+    report.update(nodes=args.nodes, ray=ray.__version__, cache_kind=args.cache.split(":", 1)[0])
     cluster = Cluster(args.nodes, args.gpus_per_node, args.cpus_per_node, logs)
     try:
-        report["node_commands"] = cluster.commands
-        report["ray_nodes"] = cluster.nodes()
-        log.info("cluster at %s: %d live nodes", cluster.address, sum(1 for n in report["ray_nodes"] if n["alive"]))
+        report.update(node_commands=cluster.commands, ray_nodes=cluster.nodes())
         if args.models:
-            models = [m for m in args.models.split(",") if m]
-            cache = fresh_database(args.cache, "autotune_spread")
-            report["spread"] = spread(cluster, models, cache, device, extra, logs, args.timeout, args.kill_node,
-                                      args.kill_after)
-            log.info("spread: %s", report["spread"]["run"]["totals"])
-            save()
+            report["spread"] = spread(cluster, [m for m in args.models.split(",") if m],
+                                      fresh_database(args.cache, "autotune_spread"), device, extra, logs, args.timeout,
+                                      args.kill_node, args.kill_after)
+            store.save()  # before the cluster stops: a slow stop can be cut off
         if args.concurrent:
             lists = [[m for m in part.split(",") if m] for part in args.concurrent.split(";")]
-            cache = fresh_database(args.cache, "autotune_concurrent")
-            report["concurrent"] = concurrent(cluster, lists, cache, device, extra, logs, args.timeout)
-            log.info("concurrent: exactly once %s", report["concurrent"]["exactly_once"])
-        save()
+            report["concurrent"] = concurrent(cluster, lists, fresh_database(args.cache, "autotune_concurrent"),
+                                              device, extra, logs, args.timeout)
+        store.save()
     finally:
         cluster.stop()
-    print((out / f"{stem}.md").read_text())
+    print(store.path.with_suffix(".md").read_text())
     return 0
 
 

@@ -1,43 +1,28 @@
-"""Model-zoo conformance: is every autotune request of a model captured, reproduced,
-tuned and then hit?
+"""Model-zoo conformance: is every autotune request of a model captured, reproduced, tuned
+and then hit, and does the warm start run as fast as cold max-autotune?
 
-For each zoo model (``benchmarks/zoo``) and mode (``infer``: bf16 eval; ``train``: one
-training step, fp32 parameters under bf16 autocast, forward + backward + AdamW) it runs,
-each in a fresh process with fresh Inductor and Triton cache directories (the machinery
-of ``compile_time.py``):
+For each zoo model (``benchmarks/zoo.py``) and mode (``infer``; ``train``: one training step)
+each step runs in fresh processes with fresh compile caches (``compile_time``'s children):
+``sweep`` (at B, and 2B when ``auto`` is selected; then ``--dynamic`` at B when ``dynamic``
+is: requests found, tuned, failed, ``key_mismatch``); per dynamic mode (``static``, ``auto``:
+torch's default, recompiled at 2B, ``dynamic``: dynamic=True) ``warm`` (the hook's hits,
+misses and benchmarks), and with ``--baselines`` ``default`` and ``cold`` max-autotune (the
+ratios warm/default first call and warm/cold latency: summed GPU kernel time on CUDA).
 
-- ``sweep``: ``autotune sweep STUB --json --cache <model-mode.db>`` (``--train`` for a
-  training step), at batch sizes B and 2B when ``auto`` is selected, then, when ``dynamic``
-  is, ``--dynamic --batch-sizes B`` into the same database (the graphs ``dynamic=True``
-  compiles): requests found, tuned, failed and ``key_mismatch``, over both sweeps;
-- ``warm/<dynamic>``: ``autotune.warm_start(<that db>)`` then ``mode="max-autotune"``,
-  in each dynamic mode: ``static`` (``dynamic=False``), ``auto`` (torch's default; called
-  at B, then at 2B, which recompiles with a dynamic batch) and ``dynamic``
-  (``dynamic=True``): the hook's hits and misses, Inductor's benchmarks, the first call;
-- ``default/<dynamic>`` and ``cold/<dynamic>`` (``--baselines``): default mode and cold
-  max-autotune, for the ratios warm/default first call and warm/cold latency (summed GPU
-  kernel time with CUDA, the wall median on a CPU).
+The run goes to ``<out>/conformance.json`` (one run per GPU or ``cpu``) after every step; a
+re-run with the same ``--out`` skips what is there, so several 10-minute device calls build one
+table, and ``--budget`` starts no step that cannot finish. The parent never imports torch;
+exit 0 when every selected step is done, 1 when some are left for a re-run, 2 for bad input.
 
-Results go to ``<out>/conformance_<device>.json`` after every step, and a re-run with the
-same ``--out`` skips the steps already there, so several 10-minute device calls build one
-table; ``--budget`` stops starting steps that cannot finish. ``<out>/conformance_<device>.md``
-holds the machine, one row per model x mode x dynamic and the goals. A model that fails
-to build or compile is a row with its error; a model whose library is missing is
-``unavailable``.
-
-    python benchmarks/conformance.py --models resnet50,vit_b_16 --out $OUT
-    python benchmarks/conformance.py --subset cpu --out /tmp/conformance      # what CI runs
-
-The parent never imports torch; exit status 0 when every selected step is done, 1 when
-the budget left some for a re-run, 2 for bad input.
+    python -m benchmarks.conformance --models resnet50,vit_b_16 --out $OUT
+    python -m benchmarks.conformance --subset cpu --out /tmp/conformance      # what CI runs
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib.metadata
-import json
+import importlib.util
 import logging
 import os
 import shutil
@@ -49,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compile_time as ct  # noqa: E402  (imports no torch)
-import zoo  # noqa: E402  (the registry imports no torch)
+from benchmarks import compile_time as ct
+from benchmarks import harness, zoo
+from benchmarks.harness import fmt
 
 log = logging.getLogger("conformance")
 
@@ -62,13 +47,11 @@ BASELINES = ("all", "static", "none")
 ESTIMATE_S: dict[str, dict[str, float]] = {"cuda": {"sweep": 240, "cold": 200, "default": 60, "warm": 60},
                                            "cpu": {"sweep": 120, "cold": 40, "default": 30, "warm": 30}}
 LIBRARIES = ("torch", "torchvision", "transformers", "timm", "triton")
-# The hook gives up on a lookup after AUTOTUNE_LOOKUP_TIMEOUT (2 s) and then serves nothing
-# for the rest of the process; on a loaded CI machine a cold SQLite open can take that
-# long, which would measure the machine, not conformance. Set unless the caller set it.
+# The hook serves nothing after a lookup past AUTOTUNE_LOOKUP_TIMEOUT (2 s); a cold SQLite open on
+# a loaded CI machine can take that long, which would measure the machine, not conformance.
 LOOKUP_TIMEOUT_S = "30"
-# On a CPU the children run one thread unless OMP_NUM_THREADS is set: with two threads on
-# a shared 2-core machine a parallel region waits for a descheduled thread, and the same
-# model's median latency swung between 0.3 ms and 136 ms from one process to the next.
+# One thread per child on a CPU: on a shared 2-core machine a parallel region waits for a
+# descheduled thread, and the median latency swung between 0.3 and 136 ms from process to process.
 CPU_THREADS = "1"
 LATENCY_GOAL = 1.0 + ct.LATENCY_TOLERANCE
 EXIT_INCOMPLETE, EXIT_BAD_INPUT = 1, 2
@@ -111,16 +94,13 @@ def plan(models: list[str], modes: list[str], dynamics: list[str], baselines: st
     return steps
 
 
-# ============================================================== running steps
-
-
 @dataclass
 class Run:
     """One invocation: its options, the results file and the budget clock."""
 
     args: argparse.Namespace
     device: str
-    label: str  # "cpu" or the GPU's slug, as in compile_time_<gpu>.json
+    label: str  # "cpu" or the GPU's slug
     out: Path
     report: dict[str, Any]
     started: float
@@ -129,11 +109,11 @@ class Run:
 
     @property
     def json_path(self) -> Path:
-        return self.out / f"conformance_{self.label}.json"
+        return self.out / "conformance.json"
 
     @property
     def md_path(self) -> Path:
-        return self.out / f"conformance_{self.label}.md"
+        return self.out / "conformance.md"
 
     @property
     def work(self) -> Path:
@@ -151,19 +131,20 @@ class Run:
         return self.work / f"{model}-{mode}.db"
 
     def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.json_path.write_text(json.dumps(self.report, indent=2, default=str) + "\n")
-        self.md_path.write_text(render_markdown(self.report))
+        """This run into ``<out>/conformance.json`` (beside other machines' runs) and its Markdown."""
+        store = results(self.out)
+        self.report["label"] = self.label
+        store.data["runs"] = [r for r in store.data["runs"] if r.get("label") != self.label] + [self.report]
+        store.save()
 
 
 def _complete(result: dict[str, Any] | None) -> bool:
-    return bool(result) and result.get("status") not in ("skipped", None)
+    return (result or {}).get("status") not in ("skipped", None)
 
 
 def _done(run: Run, result: dict[str, Any] | None) -> bool:
-    """Complete, and not a failure that --retry-errors asks to run again (Ray that did not
-    start on a loaded machine, say)."""
-    return _complete(result) and not (run.args.retry_errors and result.get("status") in ("error", "timeout"))
+    """Complete, and not a failure that --retry-errors asks to run again."""
+    return _complete(result) and not (run.args.retry_errors and (result or {}).get("status") in ("error", "timeout"))
 
 
 def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
@@ -172,9 +153,8 @@ def _needs_run(run: Run, step: Step, planned: list[Step]) -> bool:
         return not _done(run, steps.get(step.key))
     if not _done(run, steps.get("sweep")):
         return True
-    # Resumed without the database the sweep filled (another machine, or only the JSON
-    # copied back), or with dynamic modes that need the 2B batch a static-only sweep did
-    # not capture: the warm starts still to run need the sweep again.
+    # Warm starts still to run need the sweep again without its database, or where it did not
+    # capture what their dynamic modes need (2B for auto, --dynamic for dynamic).
     waiting = any(s.kind == "warm" and (s.model, s.mode) == (step.model, step.mode) and not _done(run, steps.get(s.key))
                   for s in planned)
     captured = steps["sweep"].get("batch_sizes") or []
@@ -190,9 +170,8 @@ def sweep_sizes(run: Run, model: str) -> list[int]:
 
 
 def sweep_passes(run: Run, model: str) -> list[list[str]]:
-    """The sweeps' arguments: the static graphs (and auto's recompile between them), then
-    with ``dynamic`` selected the graphs ``dynamic=True`` compiles at B, which a capture
-    gets only with ``--dynamic`` (it marks dimensions dynamic instead of capturing static ones)."""
+    """The sweeps' arguments: the static graphs (and auto's recompile), then the graphs
+    ``dynamic=True`` compiles at B, which only ``--dynamic`` captures."""
     passes = []
     if set(run.args.dynamics) & {"static", "auto"}:
         passes.append(["--batch-sizes", ",".join(map(str, sweep_sizes(run, model)))])
@@ -206,8 +185,7 @@ _SUMMED = ("found", "cached", "tuned", "failed", "wall_s", "process_wall_s", "sw
 
 
 def merge_sweeps(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One sweep step's result from its passes: counts and seconds summed, statuses merged,
-    the first pass that did not end ok decides the status."""
+    """One sweep step from its passes: counts and seconds summed, the first pass not ok decides."""
     merged = dict(results[0])
     for result in results[1:]:
         for key in _SUMMED:
@@ -224,9 +202,9 @@ def merge_sweeps(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def estimate_s(report: dict[str, Any], step: Step, device: str) -> float:
-    """How long ``step`` should take: the longest like step of this model in the results,
-    else the median of like steps of other models, else a fixed guess."""
-    mine, others = [], []
+    """The longest like step of this model so far, else the median of other models', else a guess."""
+    mine: list[float] = []
+    others: list[float] = []
     for model, entry in report.get("models", {}).items():
         for group in entry.get("modes", {}).values():
             for key, result in group.get("steps", {}).items():
@@ -250,19 +228,15 @@ def run_steps(run: Run, steps: list[Step]) -> None:
         if not _needs_run(run, step, steps):
             continue
         _run_or_skip(run, step)
-        run.save()  # after every step: a crash or a killed command loses nothing
+        run.save()  # after every step: a killed command loses nothing
     if not run.args.keep_caches:
         _drop_finished_caches(run, steps)
     run.save()
 
 
 def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
-    """A sweep's database is kept only while warm starts of its group are still to run: the
-    device tool brings back 8 files, and a finished group needs none (a later run that adds
-    warm starts sweeps again). A sweep cut at its deadline keeps its database: what it tuned
-    is where --retry-errors goes on from. So does one whose warm starts --retry-errors is to
-    run again: T5's finished ``--dynamic`` sweep (three calls) lost its database to a warm
-    start that had failed before it, and the retry swept from nothing (run 128)."""
+    """A sweep's database stays while warm starts of its group are to run (or run again), and
+    when the sweep was cut at its deadline: --retry-errors goes on from what it tuned."""
     for model, mode in {(s.model, s.mode) for s in planned}:
         steps = run.group(model, mode)["steps"]
         if _sweep_was_cut(steps):
@@ -273,7 +247,6 @@ def _drop_finished_caches(run: Run, planned: list[Step]) -> None:
 
 
 def _sweep_was_cut(steps: dict[str, Any]) -> bool:
-    """Whether the group's sweep was cut at its deadline: its database holds what it tuned."""
     return (steps.get("sweep") or {}).get("status") == "timeout"
 
 
@@ -290,7 +263,7 @@ def _run_or_skip(run: Run, step: Step) -> None:
         return
     if step.kind == "warm" and "found" not in sweep:  # nothing was tuned: a warm start would measure nothing
         group["steps"][step.key] = {"status": "error", "error": f"not run: the sweep failed ({one_line(sweep)})",
-                                    "date": _now()}
+                                    "date": harness.now()}
         return
     left, need = run.left_s(), estimate_s(run.report, step, run.device)
     if run.steps_run and need > left:  # the first step of an invocation always starts
@@ -303,7 +276,7 @@ def _run_or_skip(run: Run, step: Step) -> None:
     if result.get("status") == "timeout" and timeout < run.args.timeout and run.steps_run > 1:
         _skip(run, step, f"budget ran out {timeout:.0f} s into the step")
         return
-    result["date"] = _now()
+    result["date"] = harness.now()
     group["steps"][step.key] = result
     log.info("%s: %s%s", step.name, result.get("status"), f" ({one_line(result)})" if one_line(result) else "")
 
@@ -313,11 +286,11 @@ def _skip(run: Run, step: Step, reason: str) -> None:
     run.incomplete += 1
     steps = run.group(step.model, step.mode)["steps"]
     if not _done(run, steps.get(step.key)):  # a result kept is one a retry would not run again
-        steps[step.key] = {"status": "skipped", "reason": reason, "date": _now()}
+        steps[step.key] = {"status": "skipped", "reason": reason, "date": harness.now()}
 
 
 def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
-    """One step in fresh processes with fresh compile caches, through compile_time.py."""
+    """One step in fresh processes with fresh compile caches, through compile_time's children."""
     batch = zoo.ZOO[step.model].batch(run.device)
     cache = run.cache_path(step.model, step.mode)
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -345,16 +318,14 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
 
 def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespace,
                 log_path: Path | None) -> dict[str, Any]:
-    """The sweep's passes, each saved as it ends: a command killed in the second pass (the
-    device tool's 10 minutes) resumes there, with the database the first one filled."""
+    """The sweep's passes, each saved as it ends: a command killed in the second pass resumes there."""
     group = run.group(step.model, step.mode)
     cache = run.cache_path(step.model, step.mode)
     planned = sweep_passes(run, step.model)
     done: dict[str, Any] = group.setdefault("sweep_passes", {})
     if not cache.exists() or not set(done) <= {_pass_key(arg) for arg in planned}:
         done.clear()  # nothing to resume from: the passes start again on a fresh database
-    # A sweep cut at its deadline (--retry-errors runs it again) kept what it tuned, its
-    # end-to-end pass's kernel configs included: go on from that database, not from nothing.
+    # A sweep cut at its deadline kept what it tuned, its pass's kernel configs too: go on from it.
     resumed = cache.exists() and _sweep_was_cut(group["steps"])
     if not done and not resumed:
         for path in _cache_files(cache):
@@ -366,8 +337,7 @@ def _sweep_step(run: Run, step: Step, model_run: Any, options: argparse.Namespac
             log.info("%s: pass %s already done", step.name, key)
             passes.append(done[key])
             continue
-        # The step's time is the passes' together: a second pass given it all again ran
-        # past the budget, and past the device call (an H100, 2026-11-26).
+        # The step's time is the passes' together.
         options.sweep_arg, options.timeout = sweep_arg, max(1.0, step_timeout - (time.monotonic() - began))
         passes.append(_trim(_sweep_result(ct.run_sweep(model_run, options, _pass_log(log_path, number, planned)))))
         if passes[-1].get("status") != "ok":
@@ -389,23 +359,21 @@ def _pass_key(sweep_arg: list[str]) -> str:
 
 
 def _pass_log(log_path: Path | None, number: int, planned: list[list[str]]) -> Path | None:
-    """Each pass of a sweep of several its own log (``...-sweep-2.log``): one file for both
-    kept only the last pass's output, the second call's, of a sweep resumed in two."""
+    """Each pass of a sweep of several its own log (``...-sweep-2.log``)."""
     if log_path is None or len(planned) < 2:
         return log_path
     return log_path.with_name(f"{log_path.stem}-{number}{log_path.suffix}")
 
 
 def _sweep_result(result: dict[str, Any]) -> dict[str, Any]:
-    """A sweep that reported and exited 1 has requests that failed: that is this suite's
-    data (failed, key_mismatch), not a failed step."""
+    """A sweep that reported and exited 1 has failed requests: data (failed, key_mismatch), not a failed step."""
     if result.get("status") == "error" and result.get("rc") == 1 and "found" in result:
         result.update(status="ok", note=f"{result.pop('error')}: {result.get('failed')} requests failed")
     return result
 
 
 def _trim(result: dict[str, Any]) -> dict[str, Any]:
-    """What the table and a reader of the JSON need; compile_time.py's own files keep the rest."""
+    """What the table and a reader of the JSON need."""
     for key in ("compile_phases", "benchmarker_methods", "stdout_tail", "caching_precompile_traceback"):
         result.pop(key, None)
     if isinstance(result.get("kernels"), list):
@@ -416,8 +384,7 @@ def _trim(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def one_line(result: dict[str, Any] | None) -> str:
-    """A step's failure in one line: the CLI's ``Error:`` line or the exception, not the
-    generic "exited N"."""
+    """A step's failure in one line: the CLI's ``Error:`` line or the exception, not "exited N"."""
     if not result or result.get("status") in ("ok", None):
         return ""
     if result.get("status") == "skipped":
@@ -429,9 +396,6 @@ def one_line(result: dict[str, Any] | None) -> str:
         [ln for ln in lines if "Error" in ln.split(":")[0]] if generic else [])
     text = f"{error}: {specific[-1]}" if specific else error
     return " ".join(text.split())[:300]
-
-
-# ============================================================== rows and goals
 
 
 def _models(report: dict[str, Any]) -> list[str]:
@@ -484,34 +448,26 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
     cold, cold_basis = _baseline(steps, "cold", dynamic)
     hook = (warm or {}).get("hook") or {}
     recompile = (warm or {}).get("recompile") or {}
-    latency, latency_basis = ct._latency_ratio(_ok(warm), _ok(cold))
+    latency, latency_basis = ct.latency_ratio(_ok(warm), _ok(cold))
     parts = [r for r in (sweep, warm, default, cold) if r is not None]
     return {
         "model": model, "library": entry.get("library"), "mode": mode, "dynamic": dynamic, "batch": group.get("batch"),
         "sweep_key": sweep_key,
         "status": _row_status(sweep, warm, parts), "error": next((one_line(r) for r in parts if one_line(r)), ""),
-        # The sweep and the warm start ran to the end: hits and benchmarks are judged even
-        # where a baseline failed (Swin-T's cold max-autotune outlasted a device call).
+        # Hits and benchmarks are judged when the sweep and the warm start ran, whatever the baselines did.
         "warm_ok": _row_status(sweep, warm, [r for r in (sweep, warm) if r is not None]) == "ok",
         "found": report.get("found"), "tuned": report.get("tuned"), "failed": report.get("failed"),
         "resumed": bool(report.get("resumed")), "cached": report.get("cached"),
         "pass_beside_capture": report.get("resumed_pass_s") is not None,
         "key_mismatch": (report.get("statuses") or {}).get("key_mismatch", 0) if report else None,
         "hits": hook.get("hits"), "misses": hook.get("misses"), "hook_errors": hook.get("errors"),
-        # A hook without this stat ran before 48bd2ed served the pass's fusion verdicts: its
-        # latency is the isolated winners', not what a warm start now compiles (runs 136-138).
+        # A hook without this stat predates the pass's fusion verdicts: its latency is the isolated winners'.
         "predates_verdicts": bool(_ok(warm)) and bool(hook) and "fusion_verdicts_served" not in hook,
         "missed": [m.get("request") for m in hook.get("missed") or []],
         "benchmarks": _warm_benchmarks(_ok(warm)),
-        "warm_first_s": (_ok(warm) or {}).get("first_call_s"),
-        "default_first_s": (_ok(default) or {}).get("first_call_s"),
-        "first_ratio": ct._ratio((_ok(warm) or {}).get("first_call_s"), (_ok(default) or {}).get("first_call_s")),
-        "warm_latency_ms": _latency_ms(_ok(warm)), "cold_latency_ms": _latency_ms(_ok(cold)),
+        "first_ratio": harness.ratio((_ok(warm) or {}).get("first_call_s"), (_ok(default) or {}).get("first_call_s")),
         "latency_ratio": latency, "latency_basis": latency_basis if latency is not None else None,
-        "default_basis": default_basis, "cold_basis": cold_basis,
-        "recompile": recompile or None,
-        "default_recompile_s": ((_ok(default) or {}).get("recompile") or {}).get("seconds")
-        if default_basis == dynamic else None,
+        "default_basis": default_basis, "cold_basis": cold_basis, "recompile": recompile or None,
     }
 
 
@@ -522,8 +478,7 @@ def _row_status(sweep: dict[str, Any] | None, warm: dict[str, Any] | None, parts
 
 
 def _warm_benchmarks(warm: dict[str, Any] | None) -> dict[str, int] | None:
-    """Every benchmark of the warm start's compiles: the first call's, and for ``auto`` the
-    recompile's at twice the batch."""
+    """Every benchmark of the warm start's compiles: the first call's and auto's recompile's."""
     if not warm or not warm.get("bench"):
         return None
     total = dict(warm["bench"])
@@ -532,16 +487,9 @@ def _warm_benchmarks(warm: dict[str, Any] | None) -> dict[str, int] | None:
     return total
 
 
-def _latency_ms(result: dict[str, Any] | None) -> float | None:
-    if not result:
-        return None
-    kernel = result.get("kernel_us_per_call")
-    return kernel / 1e3 if isinstance(kernel, (int, float)) else result.get("median_ms")
-
-
 def goals(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's goals: 0 key_mismatch over every sweep, and per dynamic mode 100% hits,
-    0 benchmarks and latency within 3% of cold max-autotune (same dynamic mode only)."""
+    """0 key_mismatch over every sweep; per dynamic mode 100% hits, 0 benchmarks and latency
+    within 3% of cold max-autotune in the same dynamic mode."""
     measured = [r for r in table if r["status"] != "unavailable"]
     groups = {(r["model"], r["mode"]) for r in measured}
     sweeps = {(r["model"], r["mode"], r.get("sweep_key")): r for r in measured if r["key_mismatch"] is not None}
@@ -594,152 +542,58 @@ def _goal(name: str, scope: str, value: int, text: str, judged: list[bool], fail
     return {"goal": name, "scope": scope, "value": value, "text": text, "met": met, "failing": failing}
 
 
-# ============================================================== output
-
-
-METHOD = (
-    "Every step runs in its own fresh process with empty Inductor and Triton caches (`compile_time.py`'s "
-    "children). *found / tuned / failed / key_mismatch*: the sweep's requests (`autotune sweep --json`, "
-    "`requests[].status`), over batch sizes B and 2B when a dynamic mode ran. *hits/misses*: the warm-start "
-    "hook's lookups (for `auto`, the first call at B and the recompile at 2B together). *bench*: benchmarks of "
-    "any kind the warm start ran (GEMM autotunes / pointwise autotunes / coordinate descents, then every call "
-    "into Inductor's Benchmarker), first call and, for `auto`, recompile. *1st s*: `torch.compile` + first call "
-    "(hook set-up included), warm start and default mode. *latency*: summed GPU kernel time per call (CUDA, "
-    "`--kernel-profile`) or the wall median (CPU), warm start and cold max-autotune. Dynamic modes: `static` = "
-    "`dynamic=False`; `auto` = torch's default, called at B then at 2B (a recompile with a dynamic batch; the "
-    "latency is measured at B after it); `dynamic` = `dynamic=True`. A ratio against a baseline of another "
-    "dynamic mode (`--baselines static`) is marked `(vs static)` and not judged. A goal judges the rows that "
-    "ran to the end and have something to judge: rows whose sweep or warm start has an error or is still to run, "
-    "with no requests (hits/misses 0/0) or, for latency, without a cold compile in the same dynamic mode (or "
-    "with one that failed) count as *not judged*. "
-    "On a CPU the wall-median latency of a shared machine moves by far more than 3%: read it as a smoke test."
-)
-
-
-def _fmt(value: Any, spec: str = ".2f") -> str:
-    return ct._fmt(value, spec)
-
-
-def _bench_cell(bench: dict[str, int] | None) -> str:
-    if not bench:
-        return "-"
-    return "/".join(str(bench.get(kind, 0)) for kind in ct.BENCH_KINDS[:3]) + f" ({bench.get('benchmarker_calls', 0)})"
-
-
 def _notes(r: dict[str, Any]) -> str:
-    notes = []
-    if r.get("resumed"):  # its "tuned" counts this sweep's own; the cut sweep's show as cached
-        notes.append(f"sweep resumed from a cut sweep's database ({r['cached']} of its {r['found']} requests "
-                     "stored by then)")
+    notes = [r["error"]] if r["status"] != "ok" and r.get("error") else []
+    if r.get("resumed"):
+        notes.append(f"resumed from a cut sweep ({r['cached']} of {r['found']} requests stored by then)")
     if r.get("pass_beside_capture"):
         notes.append("its cut end-to-end pass went on beside capture")
-    if r["status"] != "ok" and r.get("error"):
-        notes.append(r["error"])
-    if r.get("predates_verdicts"):
-        notes.append("warm start taken before fusion verdicts were served (48bd2ed): its latency is the isolated "
-                     "winners'")
+    if r.get("predates_verdicts"):  # see _row
+        notes.append("warm start from before fusion verdicts were served")
     recompile = r.get("recompile")
     if recompile:
         hook = recompile.get("hook") or {}
-        notes.append(f"recompile at 2B: {_fmt(recompile.get('seconds'), '.1f')} s, {recompile.get('graphs')} graphs, "
-                     f"hits/misses {hook.get('hits', '-')}/{hook.get('misses', '-')}, "
-                     f"bench {_bench_cell(recompile.get('bench'))}"
-                     + (f" (default mode: {_fmt(r['default_recompile_s'], '.1f')} s)" if r.get("default_recompile_s")
-                        else ""))
-    if r.get("hook_errors"):
-        notes.append(f"{r['hook_errors']} hook errors")
-    if r.get("missed"):  # the warm start's own list (hook.missed_entry), with its size expressions in the JSON
+        notes.append(f"recompile at 2B: {fmt(recompile.get('seconds'))} s, hits/misses {hook.get('hits', '-')}/"
+                     f"{hook.get('misses', '-')}, bench {ct.bench_cell(recompile.get('bench'))}")
+    if r.get("missed"):  # the warm start's own list (hook.missed_entry), with size expressions in the JSON
         shown = sorted(set(r["missed"]))
         notes.append("missed: " + ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""))
-    return "; ".join(notes).replace("|", "\\|")
+    return "; ".join(notes)
 
 
 def _ratio_cell(value: float | None, basis: str | None, dynamic: str) -> str:
-    return _fmt(value) + (" (vs static)" if value is not None and basis and basis != dynamic else "")
+    return fmt(value, ".2f") + (" (vs static)" if value is not None and basis and basis != dynamic else "")
 
 
-ROW_HEADER = ("| model | lib | mode | dynamic | B | status | found | tuned | failed | key_mismatch | hits/misses "
-              "| bench | warm 1st s | default 1st s | warm/default | warm latency ms | cold latency ms | warm/cold "
-              "| notes |")
-
-
-def _row_cells(r: dict[str, Any]) -> list[str]:
+def _row_cells(r: dict[str, Any]) -> list[Any]:
     if r["status"] == "unavailable":
-        return [r["model"], str(r.get("library")), "-", "-", "-", "unavailable"] + ["-"] * 12 + [str(r.get("error"))]
+        return [r["model"], r.get("library"), "-", "-", "unavailable"] + ["-"] * 6 + [r.get("error")]
     hits = "-" if r["hits"] is None else f"{r['hits']}/{r['misses']}"
-    return [r["model"], str(r["library"]), r["mode"], r["dynamic"], _fmt(r["batch"], "d"), r["status"],
-            _fmt(r["found"], "d"), _fmt(r["tuned"], "d"), _fmt(r["failed"], "d"), _fmt(r["key_mismatch"], "d"), hits,
-            _bench_cell(r["benchmarks"]), _fmt(r["warm_first_s"], ".1f"), _fmt(r["default_first_s"], ".1f"),
-            _ratio_cell(r["first_ratio"], r["default_basis"], r["dynamic"]), _fmt(r["warm_latency_ms"], ".3f"),
-            _fmt(r["cold_latency_ms"], ".3f"), _ratio_cell(r["latency_ratio"], r["cold_basis"], r["dynamic"]),
-            _notes(r)]
+    return [r["model"], r["library"], r["mode"], r["dynamic"], r["status"], f"{fmt(r['tuned'], 'd')}/{fmt(r['found'], 'd')}",
+            fmt(r["key_mismatch"], "d"), hits, ct.bench_cell(r["benchmarks"]),
+            _ratio_cell(r["first_ratio"], r["default_basis"], r["dynamic"]),
+            _ratio_cell(r["latency_ratio"], r["cold_basis"], r["dynamic"]), _notes(r)]
 
 
-def _verdict(met: bool | None) -> str:
-    return "n/a" if met is None else ("met" if met else "NOT met")
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    info = report.get("machine") or {}
-    libraries = ", ".join(f"{name} {version or 'not installed'}"
-                          for name, version in report.get("libraries", {}).items())
-    lines = [f"# Model-zoo conformance: {info.get('gpu') or 'CPU'}", "",
-             "Built by " + "; ".join(f"`python benchmarks/conformance.py {i['argv']}` ({i['date']})"
-                                     for i in report.get("invocations", [])[-6:])
-             + " (each step has its own date in the JSON).", "",
-             "## Machine", "",
-             f"- device: {report.get('device')}; GPU: {info.get('gpu') or '-'}"
-             + (f", driver {info['driver']}" if info.get("driver") else ""),
-             f"- CPU: {info.get('cpu') or '-'} ({info.get('cpu_count')} logical cores)",
-             f"- python {info.get('python')}, autotune {info.get('autotune')}, CUDA {info.get('cuda')}; {libraries}",
-             f"- settings: {json.dumps(report.get('settings', {}))}", "",
-             "## Method", "", METHOD, "", "## Goals", "", "| goal | mode | value | verdict | failing rows |",
-             "| --- | --- | --- | --- | --- |"]
+def render(report: dict[str, Any]) -> list[str]:
+    """One machine's table: the goals, a row per model x mode x dynamic mode, and what did not run."""
+    libraries = ", ".join(f"{name} {version or '-'}" for name, version in report.get("libraries", {}).items())
+    verdicts = {True: "met", False: "NOT met", None: "n/a"}
     table = rows(report)
-    for goal in goals(table):
-        failing = ", ".join(goal["failing"][:8]) + (" ..." if len(goal["failing"]) > 8 else "")
-        lines.append(f"| {goal['goal']} | {goal['scope']} | {goal['text']} | {_verdict(goal['met'])} "
-                     f"| {failing or '-'} |")
-    lines += ["", "## Rows", "", ROW_HEADER, "|" + " --- |" * ROW_HEADER.count(" | ") + " --- |"]
-    lines += ["| " + " | ".join(_row_cells(r)) + " |" for r in table]
-    lines += _left_out(report)
-    return "\n".join(lines) + "\n"
+    lines = [f"Libraries: {libraries}. A ratio against another dynamic mode's baseline is marked and not judged.", ""]
+    lines += harness.table(["goal", "mode", "value", "verdict", "failing rows"],
+                           [[g["goal"], g["scope"], g["text"], verdicts[g["met"]], ", ".join(g["failing"]) or "-"]
+                            for g in goals(table)])
+    lines += [""] + harness.table(["model", "lib", "mode", "dynamic", "status", "tuned/found", "key_mismatch",
+                                   "hits/misses", "bench gemm/pw/cd", "warm/default 1st call", "warm/cold latency",
+                                   "notes"], [_row_cells(r) for r in table])
+    skipped = [f"- {model} {mode} {key}: {result.get('reason')}" for model, mode, group in _steps(report)
+               for key, result in group["steps"].items() if result.get("status") == "skipped"]
+    return lines + ([""] + skipped if skipped else [])
 
 
-def _left_out(report: dict[str, Any]) -> list[str]:
-    """Unavailable models and steps not done, each with its reason."""
-    lines = []
-    for model, entry in report.get("models", {}).items():
-        if entry.get("status") == "unavailable":
-            lines.append(f"- {model}: unavailable ({entry.get('reason')})")
-    for model, mode, group in _steps(report):
-        for key, result in group["steps"].items():
-            if result.get("status") == "skipped":
-                lines.append(f"- {model} {mode} {key}: {result.get('reason')}")
-    return ["", "## Not run", ""] + (lines or ["Nothing: every selected step ran."])
-
-
-def print_table(report: dict[str, Any]) -> None:
-    table = rows(report)
-    header = ["model", "mode", "dynamic", "status", "found", "k_mis", "hit/miss", "bench", "1st warm/def",
-              "lat warm/cold"]
-    cells = [header] + [[r["model"], r["mode"], r["dynamic"], r["status"], _fmt(r.get("found"), "d"),
-                         _fmt(r.get("key_mismatch"), "d"),
-                         "-" if r.get("hits") is None else f"{r['hits']}/{r['misses']}",
-                         _fmt(ct.benchmark_total(r.get("benchmarks")), "d"), _fmt(r.get("first_ratio")),
-                         _fmt(r.get("latency_ratio"))] for r in table]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
-    for goal in goals(table):
-        print(f"goal: {goal['goal']} [{goal['scope']}]: {goal['text']}: {_verdict(goal['met'])}")
-
-
-# ============================================================== driver
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "conformance", "Model-zoo conformance", render)
 
 
 def _names(raw: str, known: tuple[str, ...] | dict[str, Any], option: str) -> list[str]:
@@ -751,48 +605,38 @@ def _names(raw: str, known: tuple[str, ...] | dict[str, Any], option: str) -> li
 
 
 def _library_versions() -> dict[str, str | None]:
-    """Versions from package metadata: nothing is imported (the parent stays without torch)."""
-    versions: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    """From package metadata: nothing is imported (the parent stays without torch)."""
+    return {name: importlib.metadata.version(name) if importlib.util.find_spec(name) else None for name in LIBRARIES}
 
 
 def _load_report(path: Path, fresh: bool, info: dict[str, Any], seed: Path | None = None) -> dict[str, Any]:
-    """The results so far, if they were taken on this machine's GPU and torch. A folder with
-    none starts from ``seed`` (the committed table), so only the steps it lacks run."""
+    """This machine's run (its GPU and torch) in the results at ``path``; where there are none yet,
+    in ``seed`` (the committed table), so only the steps it lacks run."""
     fix = "use another --out, or --no-resume to start afresh"
     if not fresh and not path.exists() and seed is not None:
         if not seed.is_file():
-            raise BadInput(f"--seed {seed}: no such results file (pass a conformance_<gpu>.json)")
+            raise BadInput(f"--seed {seed}: no such results file (pass benchmarks/results/conformance.json)")
         path, fix = seed, "pass --seed the table of this machine's GPU and torch"
     if fresh or not path.exists():
         return {"models": {}}
     try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        runs = harness.load(path)["runs"]
+    except (OSError, ValueError) as exc:
         raise BadInput(f"{path} is unreadable ({exc}): move it away or pass --no-resume") from exc
-    old = report.get("machine") or {}
-    for key in ("gpu", "torch"):
-        if old.get(key) != info.get(key):
-            raise BadInput(f"{path} was taken with {key} {old.get(key)!r}, this machine has {info.get(key)!r}: {fix}")
+    same = [r for r in runs if all((r.get("machine") or {}).get(k) == info.get(k) for k in ("gpu", "torch"))]
+    if not same:
+        old = (runs[-1].get("machine") or {}) if runs else {}
+        key = "gpu" if old.get("gpu") != info.get("gpu") else "torch"
+        raise BadInput(f"{path} was taken with {key} {old.get(key)!r}, this machine has {info.get(key)!r}: {fix}")
     log.info("resuming from %s (--no-resume starts afresh)", path)
-    return report
-
-
-def _runs_default(device: str) -> tuple[int, int]:
-    return (50, 5) if device == "cuda" else (20, 3)
+    return same[-1]
 
 
 def start(args: argparse.Namespace) -> Run:
     """Check the input, pick the device, load what earlier runs left."""
     started = time.monotonic()
-    models = list(zoo.CPU_SUBSET) if args.subset == "cpu" else _names(args.models or ",".join(zoo.ZOO), zoo.ZOO,
-                                                                         "--models")
-    args.models_list = models
+    args.models_list = list(zoo.CPU_SUBSET) if args.subset == "cpu" else \
+        _names(args.models or ",".join(zoo.ZOO), zoo.ZOO, "--models")
     args.modes = _names(args.modes_raw, zoo.MODES, "--modes")
     args.dynamics = _names(args.dynamics_raw, tuple(DYNAMICS), "--dynamics")
     device = args.device or ("cpu" if args.subset == "cpu" else None)
@@ -800,22 +644,22 @@ def start(args: argparse.Namespace) -> Run:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the children (sweep, compiles) must not see a GPU
         os.environ.setdefault("OMP_NUM_THREADS", CPU_THREADS)
     os.environ.setdefault("AUTOTUNE_LOOKUP_TIMEOUT", LOOKUP_TIMEOUT_S)
-    ct._warm_bytecode()
-    info = ct.machine_info(min(args.timeout, 300))
+    harness.warm_bytecode()
+    info = harness.machine(min(args.timeout, 300))
     if device is None and not info.get("gpu"):
         device = "cpu"
         os.environ.setdefault("OMP_NUM_THREADS", CPU_THREADS)
     device = device or "cuda"
     if device == "cuda" and not info.get("gpu"):
         raise BadInput("--device cuda: no CUDA GPU is visible here (use --device cpu)")
-    default_runs, default_warmup = _runs_default(device)
-    args.runs, args.warmup = args.runs or default_runs, args.warmup if args.warmup is not None else default_warmup
-    label = "cpu" if device == "cpu" else ct.slug(info["gpu"])
+    args.runs = args.runs or (50 if device == "cuda" else 20)
+    args.warmup = args.warmup if args.warmup is not None else (5 if device == "cuda" else 3)
+    label = "cpu" if device == "cpu" else harness.slug(info["gpu"])
     out = Path(args.out)
-    report = _load_report(out / f"conformance_{label}.json", args.no_resume, info,
-                          Path(args.seed) if args.seed else None)
-    report.setdefault("invocations", []).append({"date": _now(), "argv": args.argv_text})
-    report.update(machine=info, device=device, libraries=_library_versions(), date=_now(),
+    report = _load_report(out / "conformance.json", args.no_resume, info, Path(args.seed) if args.seed else None)
+    report.setdefault("invocations", []).append({"date": harness.now(), "argv": args.argv_text})
+    report.update(machine=info, device=device, libraries=_library_versions(), date=harness.now(),
+                  commit=harness.commit(), command=f"python -m benchmarks.conformance {args.argv_text}",
                   settings={"runs": args.runs, "warmup": args.warmup, "timeout_s": args.timeout,
                             "budget_s": args.budget, "baselines": args.baselines,
                             "lookup_timeout_s": os.environ.get("AUTOTUNE_LOOKUP_TIMEOUT"),
@@ -824,42 +668,40 @@ def start(args: argparse.Namespace) -> Run:
     return Run(args, device, label, out, report, started)
 
 
-def merge_files(paths: list[Path]) -> dict[str, Any]:
-    """Results files of runs on one kind of GPU (one queue per GPU of a host, say) as one:
-    a later file's steps replace an earlier's of the same model, mode and step. An invocation
-    listed by several files (each seeded from the same table) is listed once."""
-    merged: dict[str, Any] = {"models": {}, "invocations": []}
+def merge_files(paths: list[Path]) -> list[dict[str, Any]]:
+    """Results files of several queues (one per GPU of a host, say) as one run per machine: a later
+    file's steps replace an earlier's (see _merge_steps); each invocation is listed once."""
+    merged: dict[str, dict[str, Any]] = {}
     for path in paths:
         try:
-            report = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            runs = harness.load(path)["runs"]
+        except (OSError, ValueError) as exc:
             raise BadInput(f"{path} is unreadable ({exc}): pass conformance results files to --merge") from exc
-        first, machine = merged.get("machine") or {}, report.get("machine") or {}
-        for key in ("gpu", "torch"):
-            if first and first.get(key) != machine.get(key):
-                raise BadInput(f"{path} was taken with {key} {machine.get(key)!r}, the first file with "
-                               f"{first.get(key)!r}: merge only results of one kind of machine")
-        merged.update({k: v for k, v in report.items() if k not in ("models", "invocations")})
-        # A queue's folder seeded with the committed table carries its invocations too
-        merged["invocations"] += [i for i in report.get("invocations", []) if i not in merged["invocations"]]
-        for model, entry in report.get("models", {}).items():
-            target = merged["models"].setdefault(model, {})
-            target.update({k: v for k, v in entry.items() if k != "modes"})
-            for mode, group in entry.get("modes", {}).items():
-                into = target.setdefault("modes", {}).setdefault(mode, {"steps": {}})
-                into.update({k: v for k, v in group.items() if k != "steps"})
-                _merge_steps(into["steps"], group.get("steps", {}))
-    merged["invocations"].sort(key=lambda invocation: invocation.get("date", ""))
-    return merged
+        for report in runs:
+            machine = report.get("machine") or {}
+            label = report.get("label") or (harness.slug(machine["gpu"]) if machine.get("gpu") else "cpu")
+            into = merged.setdefault(label, {"models": {}, "invocations": []})
+            if into.get("machine") and into["machine"].get("torch") != machine.get("torch"):
+                raise BadInput(f"{path} was taken with torch {machine.get('torch')!r}, an earlier file with "
+                               f"{into['machine'].get('torch')!r}: merge only results of one torch per machine")
+            into.update({k: v for k, v in report.items() if k not in ("models", "invocations")}, label=label)
+            into["invocations"] += [i for i in report.get("invocations", []) if i not in into["invocations"]]
+            for model, entry in report.get("models", {}).items():
+                target = into["models"].setdefault(model, {})
+                target.update({k: v for k, v in entry.items() if k != "modes"})
+                for mode, group in entry.get("modes", {}).items():
+                    steps = target.setdefault("modes", {}).setdefault(mode, {"steps": {}})
+                    steps.update({k: v for k, v in group.items() if k != "steps"})
+                    _merge_steps(steps["steps"], group.get("steps", {}))
+    for report in merged.values():
+        report["invocations"].sort(key=lambda invocation: invocation.get("date", ""))
+    return list(merged.values())
 
 
 def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:
-    """A later step replaces an earlier one, with two exceptions. One that did not end ok
-    (skipped or cut by its budget, say) keeps an earlier ok result: a device call that ran out
-    of time must not blank a row another call measured. A sweep that did not capture all the
-    earlier one did (``--dynamics dynamic`` alone after all three, or after ``--dynamics auto``
-    on another GPU) is filed as ``sweep/<dynamic>`` for the warm starts it served, so the other
-    rows keep the sweep that served them."""
+    """A later step replaces an earlier one, except that one not ok (skipped, cut) keeps an earlier
+    ok result, and a sweep that captured less than the earlier one (``--dynamics dynamic`` alone)
+    is filed as ``sweep/<dynamic>`` for the warm starts it served: other rows keep theirs."""
     served = [key.split("/")[1] for key in later if key.startswith("warm/")]
     for key, result in later.items():
         earlier = _ok(into.get(key))
@@ -872,8 +714,7 @@ def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:
 
 
 def _captured(sweep: dict[str, Any]) -> set[str]:
-    """What a sweep step's passes captured, from their commands (``static 16``, ``dynamic 16``):
-    the step's batch_sizes field said [B, 2B] for a ``--dynamics dynamic`` sweep at B (runs 117-119)."""
+    """What a sweep step's passes captured (``static 16``, ``dynamic 16``), read from their commands."""
     out = set()
     for command in str(sweep.get("command") or "").split("&&"):
         words = command.split()
@@ -885,84 +726,64 @@ def _captured(sweep: dict[str, Any]) -> set[str]:
 
 def _merge(args: argparse.Namespace) -> int:
     try:
-        report = merge_files([Path(p) for p in args.merge])
+        merged = merge_files([Path(p) for p in args.merge])
     except BadInput as error:
-        print(f"conformance.py: {error}", file=sys.stderr)
+        print(f"conformance: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    gpu = (report.get("machine") or {}).get("gpu")
-    merged = Run(args, report.get("device", "cuda" if gpu else "cpu"), ct.slug(gpu) if gpu else "cpu",
-                 Path(args.out), report, time.monotonic())
-    merged.save()  # the files and names of a run's own results
-    print_table(report)
-    print(f"\nwrote {merged.md_path} and {merged.json_path} from {len(args.merge)} files")
+    store = results(Path(args.out))
+    store.data["runs"] = merged
+    store.save()
+    print(f"wrote {store.path} ({len(merged)} runs) and its .md from {len(args.merge)} files")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="conformance.py", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Model-zoo conformance of the sweep and the warm-start hook: requests found, tuned, failed "
-        "and key_mismatch; warm-start hits, misses and benchmarks in static, auto-dynamic and dynamic=True "
-        "modes; first call against default mode and latency against cold max-autotune.",
-        epilog="models: " + ", ".join(zoo.ZOO) + f"\nCPU subset (--subset cpu): {', '.join(zoo.CPU_SUBSET)}\n\n"
-        "examples:\n  python benchmarks/conformance.py --models resnet50,vit_b_16 --out $OUT\n"
-        "  python benchmarks/conformance.py --subset cpu --out /tmp/conformance\n"
-        "  python benchmarks/conformance.py --merge g0/conformance_nvidia-h200.json g1/conformance_nvidia-h200.json")
+        prog="python -m benchmarks.conformance", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("\n\n")[0], epilog=f"models: {', '.join(zoo.ZOO)}\nCPU subset: "
+        f"{', '.join(zoo.CPU_SUBSET)}\n\n{__doc__.split(chr(10) * 2)[-1]}")
     chosen = parser.add_mutually_exclusive_group()
     chosen.add_argument("--models", default=None, help="comma-separated zoo models (default: all)")
-    chosen.add_argument("--subset", choices=("cpu",), default=None,
-                        help="cpu: the CPU subset that CI runs (hand-written models; implies --device cpu)")
-    parser.add_argument("--modes", dest="modes_raw", metavar="MODES", default="infer,train",
-                        help="infer,train (default: both)")
+    chosen.add_argument("--subset", choices=("cpu",), default=None, help="the CPU subset CI runs (implies --device cpu)")
+    parser.add_argument("--modes", dest="modes_raw", metavar="MODES", default="infer,train", help="infer,train")
     parser.add_argument("--dynamics", dest="dynamics_raw", metavar="DYNAMICS", default=",".join(DYNAMICS),
-                        help="static,auto,dynamic (default: all three)")
+                        help="static,auto,dynamic")
     parser.add_argument("--baselines", choices=BASELINES, default="all",
-                        help="default-mode and cold max-autotune runs: in every dynamic mode (all, default), "
-                        "in static mode only (static: the dynamic rows' ratios are then shown against static "
-                        "and not judged), or none")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="default: cuda when a GPU is visible (CPU: tiny configs, freezing on for inference)")
-    parser.add_argument("--out", default=str(ct.REPO / "benchmarks" / "results"),
-                        help="directory for conformance_<device>.md/.json and the work folder (default: "
-                        "benchmarks/results)")
-    parser.add_argument("--budget", type=float, default=560.0,
-                        help="seconds: start no step that would not finish by then (default 560)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most (default 600)")
+                        help="default and cold max-autotune in every dynamic mode, in static only (the dynamic rows' "
+                        "ratios are then shown, not judged), or none")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
+    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of conformance.json/.md and the work folder")
+    parser.add_argument("--budget", type=float, default=560.0, help="seconds: start no step that would not end by then")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most")
     parser.add_argument("--runs", type=int, default=None, help="timed calls per compile (default: 50 CUDA, 20 CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
-    parser.add_argument("--no-resume", action="store_true", help="start a fresh results file")
+    parser.add_argument("--no-resume", action="store_true", help="start a fresh run")
     parser.add_argument("--seed", metavar="FILE", default=None,
-                        help="when --out holds no results yet, start from this results file (the committed "
-                             "table): only the steps it lacks run, e.g. the cold baselines of rows swept earlier")
-    parser.add_argument("--retry-errors", action="store_true",
-                        help="also run again the steps that failed or timed out (a resumed run keeps them)")
-    parser.add_argument("--log-dir", default=None, help="write each child's full output here")
-    parser.add_argument("--keep-caches", action="store_true",
-                        help="keep each sweep's database after its warm starts are done (default: deleted then)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+                        help="with no results in --out yet, start from this machine's run in FILE (the committed table)")
+    parser.add_argument("--retry-errors", action="store_true", help="also run again the steps that failed")
+    parser.add_argument("--log-dir", default=None, help="write each child's output here")
+    parser.add_argument("--keep-caches", action="store_true", help="keep each sweep's database after its warm starts")
+    parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument("--merge", nargs="+", metavar="FILE", default=None,
-                        help="run nothing: merge these results files (runs on one kind of GPU, e.g. one queue "
-                        "per GPU of a host) into --out's conformance_<gpu>.md/.json")
+                        help="run nothing: merge these results files (one queue per GPU, say) into --out's, by machine")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv_text = " ".join(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    harness.log_to_stderr(args.verbose)
     if args.merge:
         return _merge(args)
-    if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
-        print("conformance.py: --budget, --timeout and --runs must be positive", file=sys.stderr)
-        return EXIT_BAD_INPUT
     try:
+        if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
+            raise BadInput("--budget, --timeout and --runs must be positive")
         run = start(args)
     except BadInput as error:
-        print(f"conformance.py: {error}", file=sys.stderr)
+        print(f"conformance: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run_steps(run, plan(args.models_list, args.modes, args.dynamics, args.baselines))
-    print_table(run.report)
+    print("\n".join(render(run.report)))
     left = f"; {run.incomplete} steps left for a re-run with the same --out" if run.incomplete else ""
     print(f"\nwrote {run.md_path} and {run.json_path}{left}")
     return EXIT_INCOMPLETE if run.incomplete else 0

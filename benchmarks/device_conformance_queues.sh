@@ -1,30 +1,16 @@
 #!/usr/bin/env bash
-# conformance.py queues side by side, one per GPU of a multi-GPU host, each with its share of
-# the host's cores for compiling. A queue runs its invocations one after another into
-# /root/zoo/g<GPU> (kept while the machine stays warm, so the next call resumes there); every
-# invocation gets what is left of the call's budget. The results, each queue's log and every
-# child's output come back as one archive ($OUT/zoo.tgz): the device tool brings back few files.
-# Usage (in a device call, after `bash .wheelhouse/install`):
+# Conformance queues side by side, one per GPU of a multi-GPU host, each with its share of the
+# host's cores. A queue runs its invocations in turn into $ZOO/g<GPU> (kept while the machine
+# stays warm, so the next call resumes there), each with what is left of BUDGET seconds.
 #   BUDGET=520 bash benchmarks/device_conformance_queues.sh \
-#     "0:--models mlp_mixer --modes infer --dynamics static,auto,dynamic --baselines none" \
-#     "1:--models swin_t --modes infer --dynamics static --baselines static" \
-#     "any:--models gpt2 --modes infer --dynamics auto,dynamic --baselines none"
-# An argument is GPU:ARGS (conformance.py's arguments); name a GPU twice for two invocations
-# on it, run in the order given. An argument any:ARGS is shared: the first queue to run out of
-# its own takes it, so no GPU idles while another's queue still runs (three of four did for
-# five minutes, runs 114-115). A shared invocation writes to /root/zoo/s<hash of ARGS>, so the
-# same ARGS in the next call resumes it on whichever GPU takes it. Afterwards, here: merge
-# each queue's results into the table
-#   python benchmarks/conformance.py --merge <committed json> g0/conformance_<gpu>.json s*/... ...
-# GPUS (default: nvidia-smi's count) is how many GPUs shared invocations may use.
-# Across device calls: each call may get a fresh machine (the last one is given back after 30 s
-# idle), so the results files and cache databases also come back as $OUT/resume.tgz. Copy it
-# here to .conformance/resume.tgz and carry [".wheelhouse", ".conformance"]: the next call
-# starts from it (RESUME names another archive), and a model whose sweep ended in one call has
-# its warm starts in the next, on a machine that never tuned it.
-# SEED=benchmarks/results/conformance_<gpu>.json starts every folder that has no results yet
-# from the committed table (conformance.py --seed): only the steps it lacks run, such as the
-# cold baselines of rows swept in earlier sessions (runs 136-138).
+#     "0:--models mlp_mixer --dynamics static,auto,dynamic --baselines none" \
+#     "any:--models gpt2 --dynamics auto,dynamic --baselines none"
+# GPU:ARGS runs on that GPU; any:ARGS is shared: the first queue to run out of its own takes it,
+# into $ZOO/s<hash of ARGS>, so the same ARGS resumes there in the next call. Everything comes
+# back as $OUT/zoo.tgz; the results files and cache databases also as $OUT/resume.tgz, which a
+# call on a fresh machine starts from (RESUME, default .conformance/resume.tgz). SEED=FILE starts
+# every folder without results from that table (conformance --seed). Afterwards, here:
+#   python -m benchmarks.conformance --merge benchmarks/results/conformance.json g0/conformance.json ...
 set -uo pipefail
 out=${OUT:?OUT is the device tool\'s output folder}
 budget=${BUDGET:-520} zoo=${ZOO:-/root/zoo} start=$SECONDS resume=${RESUME:-.conformance/resume.tgz}
@@ -47,7 +33,7 @@ run_one() {  # GPU, its output folder, conformance.py's arguments
   # shellcheck disable=SC2086  # ARGS is a list of arguments
   # conformance.py cuts a step at its budget; the margin is for its cleanup (Ray's teardown)
   CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_COMPILE_THREADS=$threads timeout $(( left + 60 )) \
-    python benchmarks/conformance.py $args ${SEED:+--seed "$SEED"} --budget "$left" --out "$dir" \
+    python -m benchmarks.conformance $args ${SEED:+--seed "$SEED"} --budget "$left" --out "$dir" \
     --log-dir "$dir/logs" >> "$zoo/g$gpu.log" 2>&1
   local rc=$?  # 124: cut by the margin above, its step's results lost
   echo "$(date -u +%T) gpu $gpu: exit $rc" >> "$zoo/g$gpu.log"
@@ -69,5 +55,5 @@ done
 wait
 rm -f "$pool" "$lock"
 (cd "$zoo" && tar czf "$out/zoo.tgz" --exclude='*_work' . \
-  && tar czf "$out/resume.tgz" $(find . -mindepth 2 -maxdepth 2 \( -name 'conformance_*.json' -o -name '*_work' \)))
+  && tar czf "$out/resume.tgz" $(find . -mindepth 2 -maxdepth 2 \( -name 'conformance.json' -o -name '*_work' \)))
 for gpu in $gpus; do echo "== gpu $gpu"; tail -n 25 "$zoo/g$gpu.log"; done

@@ -7,7 +7,7 @@ untied LM head), fp32 parameters. On CUDA the forward runs under bf16 autocast
 small sizes (d_model 128, vocab 1024, batch 4 x 64), so that a CPU
 max-autotune compile ends in a couple of minutes.
 
-The training-step contract (``benchmarks/compile_time.py`` reads it):
+The training-step contract (``python -m benchmarks.compile_time`` reads it):
 
 - ``example(batch_size=None)`` returns ``(module, (tokens, targets))`` as every
   model file does, and ``module(tokens, targets)`` returns the scalar loss. The

@@ -1,8 +1,9 @@
-"""benchmarks/compile_time.py without running a compile: its CLI, plan, phases, goals and report."""
+"""benchmarks.compile_time and the shared harness without running a compile: the CLI, the plan,
+the goals, the results file and its Markdown."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,39 +11,33 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks import compile_time, harness
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "compile_time.py"
 
 
 @pytest.fixture(scope="module")
 def ct() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compile_time_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return compile_time
 
 
 def test_help_works_without_importing_torch() -> None:
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = ['compile_time.py', '--help']\n"
-        "try:\n"
-        f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "assert 'torch' not in sys.modules, 'the parent imported torch'\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    code = ("import runpy, sys\n"
+            "sys.argv = ['compile_time', '--help']\n"
+            "try:\n"
+            "    runpy.run_module('benchmarks.compile_time', run_name='__main__')\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert "warm-start-artifacts" in done.stdout and "--optimizer-step" in done.stdout
 
 
 def test_scenario_list_adds_what_each_scenario_loads(ct: ModuleType) -> None:
     assert ct.scenario_list("floor", cache_given=False) == ["default-precompile", "floor"]
-    assert ct.scenario_list("max-autotune-megacache-precompile,default", cache_given=False) == [
-        "default", "max-autotune-cold", "max-autotune-megacache-precompile"]
+    assert ct.scenario_list("max-autotune-megacache,default", cache_given=False) == [
+        "default", "max-autotune-cold", "max-autotune-megacache"]
     assert ct.scenario_list("warm-start-artifacts", cache_given=False) == ["sweep", "warm-start-artifacts"]
     assert ct.scenario_list("warm-start-artifacts", cache_given=True) == ["warm-start-artifacts"]
     with pytest.raises(SystemExit):
@@ -57,7 +52,7 @@ def test_training_files_are_recognised_without_importing_them(ct: ModuleType) ->
 def test_saving_scenarios_and_child_flags(ct: ModuleType, tmp_path: Path) -> None:
     run = ct.ModelRun("m", "examples/mlp.py", ct.scenario_list("default,max-autotune-megacache,floor", False),
                       tmp_path, "sqlite:///x.db", train=False)
-    assert run.saves("max-autotune-cold") == (True, False)  # only the plain anchor: no caching_precompile
+    assert run.saves("max-autotune-cold") == (True, False)  # Mega-cache alone: no caching_precompile
     assert run.saves("default") == (False, False)  # the goals' denominator runs as a plain default compile
     assert run.saves("default-precompile") == (True, True)
     flags, _ = ct._scenario_flags("default-precompile", run)
@@ -83,30 +78,12 @@ def test_artifact_scenario_trusts_the_public_key(ct: ModuleType, tmp_path: Path)
     assert env == {"AUTOTUNE_TRUSTED_KEYS": "/k/signing.pub"} and flags == ["--cache", "sqlite:///x.db"]
 
 
-def test_child_env_drops_the_callers_keys(ct: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_child_env_drops_the_callers_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOTUNE_TRUSTED_KEYS", "/somewhere.pub")
     monkeypatch.setenv("AUTOTUNE_SIGNING_KEY", "/somewhere")
-    env = ct._child_env(tmp_path, None)
+    env = harness.child_env(tmp_path, None)
     assert "AUTOTUNE_TRUSTED_KEYS" not in env and "AUTOTUNE_SIGNING_KEY" not in env
-
-
-def test_phases_add_up_to_the_first_call(ct: ModuleType) -> None:
-    seconds = {
-        "_compile.compile_inner": 10.0, "OutputGraph.call_user_compiler": 8.0, "create_aot_dispatcher_function": 7.5,
-        "compile_fx_inner": 7.0, "fx_codegen_and_compile": 6.5, "_recursive_post_grad_passes": 0.5,
-        "GraphLowering.run": 3.0, "GraphLowering.compile_to_module": 3.0, "GraphLowering.codegen": 1.0,
-        "mm_template_autotuning": 2.0, "mm_template_precompiling": 0.5, "CachingAutotuner.benchmark_all_configs": 0.4,
-    }
-    phases = ct.derive_phases(seconds, first_call_s=12.0, setup_s=0.5)
-    assert tuple(phases) == ct.PHASES
-    assert phases["dynamo"] == 2.0 and phases["aot"] == 1.0 and phases["tune"] == pytest.approx(2.4)
-    assert phases["lowering"] == pytest.approx(1.0) and phases["kernels"] == pytest.approx(3.0)
-    assert sum(phases.values()) == pytest.approx(12.0)
-    # An FX-graph-cache hit: no lowering or codegen, the load is kernel compile and load.
-    hit = ct.derive_phases({"_compile.compile_inner": 5.0, "OutputGraph.call_user_compiler": 4.0,
-                            "compile_fx_inner": 3.5, "fx_codegen_and_compile": 3.4}, first_call_s=6.0, setup_s=0.2)
-    assert hit["lowering"] == 0 and hit["kernels"] == 3.5 and hit["aot"] == 0.5
-    assert min(ct.derive_phases({}, first_call_s=1.0, setup_s=2.0).values()) >= 0  # clamped, never negative
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
 
 
 def _ok(first: float, median: float, **extra: object) -> dict[str, object]:
@@ -134,36 +111,31 @@ def test_artifact_goals(ct: ModuleType) -> None:
     assert by_name["warm-start-artifacts latency / max-autotune-cold latency (wall median)"]["met"] is False
 
 
-def test_markdown_renders_new_and_old_rows(ct: ModuleType) -> None:
-    report = {
-        "machine": {"gpu": None, "cpu": "cpu", "cpu_count": 2}, "date": "2026-01-01T00:00:00+00:00", "argv": "",
-        "models": {"mlp": {"path": "examples/mlp.py", "scenarios": {
-            "default": {"status": "ok", "first_call_s": 3.0, "median_ms": 0.1, "benchmarks": 0,
-                        "compile_phases": "TorchDynamo compilation metrics: (a row from an older run)"},
-            "floor": {"status": "ok", "first_call_s": 1.0, "median_ms": 0.1, "caching_precompile": True,
-                      "launch_calls": {"cudaGraphLaunch": 1.0, "cudaLaunchKernel": 2.0},
-                      "bench": dict.fromkeys(ct.BENCH_KINDS, 0), "phases": dict.fromkeys(ct.PHASES, 0.1),
-                      "megacache_loaded": {"loaded": True, "bytes": 2048, "artifacts": {"precompile": 1}}},
-            "sweep": {"status": "error", "error": "sweep exited 2\nsecond line",
-                      "signing": {"error": "no keys | here"}},
-        }}},
-    }
-    text = ct.render_markdown(report)
-    assert "| floor | ok | 1.0 | 0.100 | 0/0/0 (0) |" in text
-    assert "0.1/0.1/0.1/0.1/0.1/0.1/0.1/0.1" in text and "caching_precompile on" in text
-    assert "launches/call cudaGraphLaunch 1, cudaLaunchKernel 2" in text  # CUDA graphs replayed or not
-    assert "no keys \\| here" in text  # a pipe in an error cannot break the table
-    assert "sweep exited 2 second line" in text  # nor can a newline
+def test_results_file_keeps_one_run_per_label_and_names_what_it_ran_on(ct: ModuleType, tmp_path: Path) -> None:
+    info = {"gpu": None, "cpu": "cpu", "cpu_count": 2, "python": "3.12", "torch": "2.13.0+cpu"}
+    store = ct.results(tmp_path)
+    first = store.run("cpu: mlp", info, "python -m benchmarks.compile_time --models mlp")
+    first["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": {
+        "default": {"status": "ok", "first_call_s": 3.0, "median_ms": 0.1,
+                    "bench": dict.fromkeys(ct.BENCH_KINDS, 0)},
+        "sweep": {"status": "error", "error": "sweep exited 2\nsecond | line"}}}}
+    store.save()
+    again = ct.results(tmp_path)
+    again.run("cpu: mlp", info, "python -m benchmarks.compile_time --models mlp --runs 3")["models"] = {}
+    again.run("cpu: gpt", info, "python -m benchmarks.compile_time --models gpt")["models"] = {}
+    again.save()
+    runs = json.loads((tmp_path / "compile_time.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == ["cpu: mlp", "cpu: gpt"] and runs[0]["command"].endswith("--runs 3")
+    assert all(r["date"] and r["machine"]["torch"] == "2.13.0+cpu" and "commit" in r for r in runs)
+    text = "\n".join(ct.render(first))
+    assert "| default | 3.0 | 0.100 | - | 0/0/0 (0) | - |" in text
+    assert "sweep exited 2 second \\| line" in text  # one table cell: no newline, no bare pipe
 
 
-def test_dynamic_option(ct: ModuleType) -> None:
+def test_dynamic_option_and_sweep_statuses(ct: ModuleType) -> None:
     with pytest.raises(SystemExit, match="needs --batch-size"):
         ct.main(["--dynamic", "auto", "--models", "mlp"])
     assert ct.DYNAMIC == {"static": False, "auto": None, "true": True}
-    row = ct._row("warm-start", {"status": "ok", "first_call_s": 5.0, "median_ms": 1.0, "dynamic": "auto",
-                                 "recompile": {"seconds": 3.0, "graphs": 1, "bench": {"gemm_autotune": 2},
-                                               "hook": {"hits": 0, "misses": 2}}})
-    assert "the call at 2x batch took 3.0 s, 1 graphs, 2 benchmarks, hits/misses 0/2" in row[-1]
     assert ct._sweep_totals({"totals": {"found": 3}, "requests": [{"status": "ok"}, {"status": "key_mismatch"},
                                                                   {"status": "ok"}]})["statuses"] == {
         "ok": 2, "key_mismatch": 1}

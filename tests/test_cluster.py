@@ -19,14 +19,13 @@ import pytest
 
 from autotune.cache import Store
 from autotune.workers.faults import FAULT_ENV
+from benchmarks.cluster_run import Cluster, spread  # a token-auth cluster of `ray start` nodes, as a team runs one
 
 # Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
 pytestmark = pytest.mark.xdist_group("cluster")
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from cluster_run import Cluster, spread  # noqa: E402  (a token-auth cluster of `ray start` nodes, as a team runs one)
 
 
 # A lost node is noticed in about 2 s rather than Ray's default 15 s or so.
@@ -82,7 +81,7 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
 
 def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    # cluster_run.py's own path (its --kill-node): the second node dies as a whole once a
+    # benchmarks.cluster_run's own path (its --kill-node): the second node dies as a whole once a
     # result is stored, while the sweep still has jobs on it (3 s a job makes sure its
     # actor is warm and busy by then, however slowly it started).
     monkeypatch.setitem(cluster.env, FAULT_ENV, "slow:3")

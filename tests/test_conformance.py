@@ -1,10 +1,9 @@
-"""benchmarks/conformance.py: the zoo registry, the plan, resuming and the budget (with a
+"""benchmarks.conformance: the zoo registry, the plan, resuming and the budget (with a
 stand-in for the child processes), the table and goals, and the CPU subset end to end."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -16,29 +15,35 @@ from typing import Any
 
 import pytest
 
+from benchmarks import conformance, harness
+
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "conformance.py"
+MODULE = [sys.executable, "-m", "benchmarks.conformance"]
 
 
 @pytest.fixture(scope="module")
 def conf() -> ModuleType:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module("conformance")
+    return conformance
+
+
+def _saved(path: Path) -> dict[str, Any]:
+    """The one run of a results file."""
+    (run,) = harness.load(path)["runs"]
+    return run
 
 
 def test_help_and_bad_input_without_torch() -> None:
     code = ("import runpy, sys\n"
-            f"sys.argv = ['conformance.py', '--help']\n"
+            "sys.argv = ['conformance', '--help']\n"
             "try:\n"
-            f"    runpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+            "    runpy.run_module('benchmarks.conformance', run_name='__main__')\n"
             "except SystemExit:\n"
             "    pass\n"
             "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert "--baselines" in done.stdout and "mlp_mixer" in done.stdout
-    bad = subprocess.run([sys.executable, str(SCRIPT), "--models", "resnet50,nope"], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run([*MODULE, "--models", "resnet50,nope"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "unknown nope" in bad.stderr
 
@@ -116,7 +121,7 @@ def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatc
     run = _run(conf, tmp_path, budget=20.0)
     conf.run_steps(run, steps)
     assert ran == ["mlp_mixer infer sweep"] and run.incomplete > 0
-    saved = json.loads(run.json_path.read_text())
+    saved = _saved(run.json_path)
     assert saved["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["warm/static"]["status"] == "skipped"
     assert saved["models"]["timm_regnety_016"]["status"] == "unavailable"
     assert "budget" in run.md_path.read_text()
@@ -209,9 +214,10 @@ def test_rows_and_goals(conf: ModuleType) -> None:
     by_goal = {(g["goal"], g["scope"]): g for g in conf.goals(conf.rows(report))}
     assert by_goal[("0 key_mismatch", "every sweep")]["met"] is False
     assert by_goal[("100% of requests hit at warm start", "auto")]["failing"] == []  # an error row is not judged
-    text = conf.render_markdown(report)
+    text = "\n".join(conf.render(report))
     assert "| resnet50 | torchvision | infer | auto |" in text and "(vs static)" in text
-    assert "timm_maxvit_tiny: unavailable (timm is not installed)" in text and "NOT met" in text
+    assert "| timm_maxvit_tiny | timm | - | - | unavailable |" in text and "timm is not installed" in text
+    assert "NOT met" in text
 
 
 def test_a_baseline_that_timed_out_leaves_the_warm_start_judged(conf: ModuleType) -> None:
@@ -237,13 +243,12 @@ def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
     shapes (the dynamic modes are served end to end in tests/test_dynamic.py; here they
     would double a CPU sweep's minutes)."""
     out = tmp_path / "out"
-    cmd = [sys.executable, str(SCRIPT), "--subset", "cpu", "--modes", "infer", "--dynamics", "static",
+    cmd = [*MODULE, "--subset", "cpu", "--modes", "infer", "--dynamics", "static",
            "--baselines", "none", "--runs", "3", "--warmup", "1", "--budget", "1800", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1900, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads((out / "conformance_cpu.json").read_text())
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    conf = importlib.import_module("conformance")
+    report = _saved(out / "conformance.json")
+    conf = conformance
     table = {(r["model"], r["mode"], r["dynamic"]): r for r in conf.rows(report)}
     assert set(table) == {(m, "infer", "static") for m in conf.zoo.CPU_SUBSET}
     for model in conf.zoo.CPU_SUBSET:
@@ -252,8 +257,8 @@ def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
         assert static["found"] > 0 and static["key_mismatch"] == 0 and static["failed"] == 0
         assert static["hits"] > 0 and static["misses"] == 0, static  # every request hit...
         assert conf.ct.benchmark_total(static["benchmarks"]) == 0, static  # ...and nothing was benchmarked
-    text = (out / "conformance_cpu.md").read_text()
-    assert "## Goals" in text and f"| {conf.zoo.CPU_SUBSET[0]} | torch | infer | static |" in text
+    text = (out / "conformance.md").read_text()
+    assert "| goal |" in text and f"| {conf.zoo.CPU_SUBSET[0]} | torch | infer | static |" in text
 
 
 def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_path: Path,
@@ -278,7 +283,7 @@ def test_a_sweep_killed_in_its_second_pass_resumes_there(conf: ModuleType, tmp_p
     run.args.dynamics = ["static", "dynamic"]
     with pytest.raises(KeyboardInterrupt):
         conf.run_steps(run, steps)
-    saved = json.loads(run.json_path.read_text())
+    saved = _saved(run.json_path)
     assert list(saved["models"]["mlp_mixer"]["modes"]["infer"]["sweep_passes"]) == [" ".join(calls[0])]
 
     kill_dynamic[0] = False
@@ -321,7 +326,7 @@ def test_a_sweep_cut_in_its_teardown_after_its_report_is_done(conf: ModuleType, 
     options = argparse.Namespace(timeout=3.0, batch_size=None, sweep_arg=None)
     for before, status in ((f"print({report!r}, flush=True); ", "ok"), ("", "timeout")):
         cli = [sys.executable, "-c", f"import time; {before}time.sleep(60)"]
-        monkeypatch.setattr(conf.ct, "_autotune_cli", lambda cli=cli: cli)
+        monkeypatch.setattr(harness, "AUTOTUNE", cli)
         result = conf.ct.run_sweep(model_run, options, None)
         assert result["status"] == status, result
     assert result["error"] == "timed out after 3 s"
@@ -337,7 +342,7 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
     options = argparse.Namespace(timeout=3.0, batch_size=None, sweep_arg=None)
     stand_in = (f"import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, lambda *a: "
                 f"(pathlib.Path({str(stored)!r}).write_text('kept'), sys.exit(0))); time.sleep(60)")
-    monkeypatch.setattr(conf.ct, "_autotune_cli", lambda: [sys.executable, "-c", stand_in])
+    monkeypatch.setattr(harness, "AUTOTUNE", [sys.executable, "-c", stand_in])
     assert conf.ct.run_sweep(model_run, options, None)["status"] == "timeout"
     assert stored.read_text() == "kept"  # stopped, not killed
 
@@ -363,7 +368,7 @@ def test_a_cut_sweep_is_told_to_stop_and_its_retry_goes_on_from_its_database(
     assert "resumed" in run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["sweep"]
     entry = run.report["models"]["mlp_mixer"]
     row = conf._row(entry, "mlp_mixer", "infer", "dynamic", entry["modes"]["infer"])
-    assert row["tuned"] == 0 and "sweep resumed from a cut sweep's database (1 of its 1 requests stored by then)" in conf._notes(row)
+    assert row["tuned"] == 0 and "resumed from a cut sweep (1 of 1 requests stored by then)" in conf._notes(row)
     assert "its cut end-to-end pass went on beside capture" in conf._notes(row)
 
 
@@ -409,7 +414,7 @@ def test_device_queues_share_the_invocations_no_gpu_was_given(tmp_path: Path) ->
                            "1:--models own1", "1:--models own1b", *shared],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    lines = [(gpu, args.removeprefix("benchmarks/conformance.py "))
+    lines = [(gpu, args.removeprefix("-m benchmarks.conformance "))
              for gpu, args in (line.split("|") for line in ran.read_text().splitlines())]
     where = {args.split(" --budget")[0]: gpu for gpu, args in lines}
     assert len(lines) == 7 and len(where) == 7  # every invocation once
@@ -421,7 +426,7 @@ def test_device_queues_share_the_invocations_no_gpu_was_given(tmp_path: Path) ->
     assert (tmp_path / "out" / "zoo.tgz").exists()
 
 
-def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleType, tmp_path: Path) -> None:
+def test_merge_joins_one_queue_per_gpu_and_keeps_each_machine_apart(conf: ModuleType, tmp_path: Path) -> None:
     machine = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130"}
 
     def results(name: str, models: dict[str, Any], date: str, **extra: Any) -> Path:
@@ -437,7 +442,7 @@ def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleT
     second = results("g1.json", {"bert": row("warm/static", "cold/static"), "t5": row("sweep")}, "2026-11-26T09:20")
     out = tmp_path / "out"
     assert conf.main(["--merge", str(first), str(second), "--out", str(out)]) == 0
-    merged = json.loads((out / "conformance_nvidia-h200.json").read_text())
+    merged = _saved(out / "conformance.json")
     assert set(merged["models"]) == {"gpt2", "bert", "t5"}
     assert set(merged["models"]["bert"]["modes"]["infer"]["steps"]) == {"sweep", "warm/static", "cold/static"}
     assert [i["argv"] for i in merged["invocations"]] == ["g1.json", "g0.json"]  # in time order
@@ -445,11 +450,14 @@ def test_merge_joins_one_queue_per_gpu_and_refuses_another_machine(conf: ModuleT
     seeded = json.loads(second.read_text())
     seeded["invocations"] = merged["invocations"] + [{"date": "2026-11-26T10:00", "argv": "g2"}]
     second.write_text(json.dumps(seeded))
-    again = conf.merge_files([out / "conformance_nvidia-h200.json", second])
+    (again,) = conf.merge_files([out / "conformance.json", second])
     assert [i["argv"] for i in again["invocations"]] == ["g1.json", "g0.json", "g2"]
-    assert (out / "conformance_nvidia-h200.md").read_text().startswith("# ")
+    assert (out / "conformance.md").read_text().startswith("# ")
     other = results("h100.json", {}, "2026-11-26T09:40", gpu="NVIDIA H100 80GB HBM3")
-    assert conf.main(["--merge", str(first), str(other), "--out", str(out)]) == 2
+    assert conf.main(["--merge", str(first), str(other), "--out", str(out)]) == 0
+    assert [r["label"] for r in harness.load(out / "conformance.json")["runs"]] == ["nvidia-h200", "nvidia-h100-80gb-hbm3"]
+    newer = results("newer.json", {}, "2026-11-26T09:50", torch="2.12.0")
+    assert conf.main(["--merge", str(first), str(newer), "--out", str(out)]) == 2
 
 
 def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_its_dynamic_mode(
@@ -480,7 +488,7 @@ def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_
     cut = results("cut.json", {"sweep": {"status": "timeout"}, "warm/static": {"status": "skipped", "reason": "budget"}},
                   "2026-11-27T01:00")
     later = results("new.json", {"sweep": narrow, "warm/dynamic": warm(34, 0)}, "2026-11-27T02:00")
-    merged = conf.merge_files([earlier, cut, later])
+    (merged,) = conf.merge_files([earlier, cut, later])
     steps = merged["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
     assert steps["sweep"] == full and steps["warm/static"] == warm(20, 0)  # the cut call blanked nothing
     assert steps["sweep/dynamic"] == narrow and steps["warm/dynamic"] == warm(34, 0)
@@ -494,7 +502,7 @@ def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_
     auto = {**full, "found": 18, "dynamic": False, "command": f"{sweep} --batch-sizes 64,128"}
     first = results("auto.json", {"sweep": auto, "warm/auto": warm(68, 0)}, "2026-11-28T01:00")
     second = results("dyn.json", {"sweep": narrow, "warm/dynamic": warm(34, 0)}, "2026-11-28T01:00")
-    split = conf.merge_files([first, second])["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
+    split = conf.merge_files([first, second])[0]["models"]["mlp_mixer"]["modes"]["infer"]["steps"]
     assert (split["sweep"], split["sweep/dynamic"]) == (auto, narrow)
 
 

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MIXER = f"""
 import sys
-sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+sys.path.insert(0, {str(ROOT / "examples")!r})
 import torch
-from zoo.models import MLPMixer
+from zoo import MLPMixer  # examples/zoo.py
 
 DYNAMIC_DIMS = {{0: (0, 2, 3)}}  # batch, height, width, as the zoo's dynamic rows mark them
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks import harness
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import compile_time  # noqa: E402  (imports no torch)
 
 MODEL = """
 import torch
@@ -53,7 +53,7 @@ def _sweep(model: Path, url: str, **env: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(model), "--cache", url, "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
-    report = compile_time._sweep_payload(done.stdout)  # the report, as the benchmarks read it
+    report = harness.sweep_report(done.stdout)  # the report, as the benchmarks read it
     assert report is not None, done.stdout[-2000:]
     return report
 

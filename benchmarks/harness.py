@@ -1,0 +1,332 @@
+"""What every benchmark shares: the machine, versions, date and code its results name;
+child processes with fresh compile caches; one results file per benchmark.
+
+A results file ``<out>/<name>.json`` holds ``{"benchmark": name, "runs": [...]}``. Each run
+names its machine, versions, date, code commit and command; a run of the same label
+replaces the one before, and ``<name>.md`` beside it is made from the JSON.
+
+    python -m benchmarks.harness merge benchmarks/results/compile_time.json $OUT/compile_time.json
+    python -m benchmarks.harness render benchmarks/results/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger("benchmarks")
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+MARKER = "RESULT "  # a child's one result line; the rest of its stdout is ignored
+TAIL_CHARS = 4000
+# A child cut at its timeout gets SIGTERM first and SIGKILL this long after: a sweep's end-to-end
+# pass then stores the kernel configs it tuned, and the next attempt goes on from them.
+STOP_GRACE_S = 30.0
+PYCACHE = Path(tempfile.gettempdir()) / "autotune-bench-pycache"
+# What the bytecode warm-up imports: every compile's stack, the hook and the cache.
+WARM_IMPORTS = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.select_algorithm",
+                "autotune.hook", "autotune.artifacts", "autotune.cache.store", "sqlalchemy.dialects.sqlite.pysqlite",
+                "sqlalchemy.dialects.postgresql.psycopg", "alembic.command", "ray", "autotune.cli",
+                "autotune.workers.child", "autotune.workers.tune")
+AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')"]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def commit() -> str | None:
+    """The code measured: ``AUTOTUNE_BENCH_COMMIT`` (a copy of the tree without .git), else git's."""
+    if os.environ.get("AUTOTUNE_BENCH_COMMIT"):
+        return os.environ["AUTOTUNE_BENCH_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if head.returncode == 0 else None
+
+
+def log_to_stderr(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@dataclass
+class Completed:
+    rc: int | None  # None: cut at its timeout
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+def child_env(cache_root: Path, cache_url: str | None = None) -> dict[str, str]:
+    """Fresh Inductor and Triton caches under ``cache_root``; no signing key of the caller's shell."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_SIGNING_KEY", "AUTOTUNE_TRUSTED_KEYS")}
+    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        (cache_root / folder).mkdir(parents=True, exist_ok=True)
+        env[name] = str(cache_root / folder)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    # Compiled bytecode, as a normal install has it: where site-packages is read-only, every
+    # process would otherwise compile ~1,400 torch modules (~5 s) inside its timings.
+    env.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
+    if cache_url:
+        env["AUTOTUNE_CACHE"] = cache_url
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | None = None) -> Completed:
+    """Run a child in its own process group; at its timeout stop that group, then kill it."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    rc: int | None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGTERM)  # the child, its pass, its compile workers
+        try:
+            stdout, stderr = proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        rc = None
+    wall = time.perf_counter() - start
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(f"$ {' '.join(cmd)}\n# rc={rc} wall={wall:.1f}s\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
+    return Completed(rc, stdout or "", stderr or "", wall)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def emit(payload: dict[str, Any]) -> None:
+    sys.stdout.write(MARKER + json.dumps(payload, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def marker_payload(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                payload = json.loads(line[len(MARKER):])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(payload, dict):
+                return payload
+    return None
+
+
+def sweep_report(stdout: str) -> dict[str, Any] | None:
+    """``autotune sweep --json``'s report: the last JSON object on stdout that has "totals"."""
+    decoder, found = json.JSONDecoder(), None
+    for match in re.finditer(r"^\s*\{", stdout, flags=re.MULTILINE):
+        try:
+            obj, _ = decoder.raw_decode(stdout, match.end() - 1)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "totals" in obj:
+            found = obj
+    return found
+
+
+def tail(text: str) -> str:
+    return text[-TAIL_CHARS:] if text else ""
+
+
+def warm_bytecode() -> None:
+    """Compile the bytecode every timed process imports, once, before any is timed."""
+    env = child_env(Path(tempfile.mkdtemp(prefix="bench_warm_")))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    code = f"import importlib\nfor name in {WARM_IMPORTS!r}:\n    try:\n        importlib.import_module(name)\n" \
+           "    except Exception:\n        pass\n"  # one that is missing here skips only itself
+    started = time.perf_counter()
+    done = run([sys.executable, "-c", code], env, 600)
+    log.info("bytecode warm-up: %.1f s (rc %s)", time.perf_counter() - started, done.rc)
+
+
+def machine(timeout: float = 300) -> dict[str, Any]:
+    """Machine and versions, read by a child so that the parent never imports torch or holds the GPU."""
+    with tempfile.TemporaryDirectory(prefix="bench_info_") as tmp:
+        done = run([sys.executable, "-m", "benchmarks.harness", "info"], child_env(Path(tmp)), timeout)
+    info = marker_payload(done.stdout)
+    if info is None:
+        log.warning("could not read the machine's versions (rc=%s): %s", done.rc, tail(done.stderr)[-500:])
+        info = {"python": platform.python_version(), "cpu": cpu_model(), "cpu_count": os.cpu_count()}
+    return info
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _versions() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                            "cpu": cpu_model(), "cpu_count": os.cpu_count(), "gpu": None, "gpu_count": 0}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, cuda=torch.version.cuda)
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            info.update(gpu=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count(),
+                        gpu_memory_gib=round(props.total_memory / 2**30, 1))
+    except Exception as exc:  # noqa: BLE001 - the versions say what failed
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"
+    for name in ("triton", "autotune"):
+        try:
+            info[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001
+            info[name] = None
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        info["driver"] = next(iter(done.stdout.split()), None)
+    return info
+
+
+def database_versions(url: str | None) -> dict[str, Any]:
+    """The database stack's versions, and the PostgreSQL server's at ``url`` (if given)."""
+    import sqlite3
+    from importlib import metadata
+
+    import sqlalchemy as sa
+
+    info: dict[str, Any] = {"sqlite": sqlite3.sqlite_version, "sqlalchemy": sa.__version__,
+                            **{name: metadata.version(name) for name in ("alembic", "psycopg")}}
+    if url:
+        try:
+            with sa.create_engine(url, poolclass=sa.NullPool, connect_args={"connect_timeout": 5}).connect() as conn:
+                info.update(postgresql=conn.exec_driver_sql("SHOW server_version").scalar_one(),
+                            shared_buffers=conn.exec_driver_sql("SHOW shared_buffers").scalar_one())
+        except sa.exc.SQLAlchemyError as error:
+            info["postgresql"] = f"unreachable: {str(error).splitlines()[0]}"
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    gpu = f"{info['gpu']} x{info.get('gpu_count', 1)}" if info.get("gpu") else "no GPU"
+    versions = ", ".join(f"{k} {info[k]}" for k in ("python", "torch", "triton", "cuda", "autotune") if info.get(k))
+    return f"{gpu}; {info.get('cpu') or '-'} ({info.get('cpu_count')} cores); {versions}"
+
+
+class Results:
+    """``<out>/<name>.json`` and the Markdown made from it by ``render`` (one run -> lines)."""
+
+    def __init__(self, out: Path, name: str, title: str, render: Callable[[dict[str, Any]], list[str]]) -> None:
+        self.path, self.name, self.title, self.render = Path(out) / f"{name}.json", name, title, render
+        self.data: dict[str, Any] = load(self.path) if self.path.exists() else {"benchmark": name, "runs": []}
+
+    def run(self, label: str, info: dict[str, Any], command: str) -> dict[str, Any]:
+        """The run of ``label``: a new one (replacing one of the same label), headed by what it measured on."""
+        new = {"label": label, "machine": info, "date": now(), "commit": commit(), "command": command}
+        self.data["runs"] = [r for r in self.data["runs"] if r.get("label") != label] + [new]
+        return new
+
+    def find(self, label: str) -> dict[str, Any] | None:
+        return next((r for r in self.data["runs"] if r.get("label") == label), None)
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+        self.path.with_suffix(".md").write_text(markdown(self.data, self.title, self.render))
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A results file; one of an older layout (a single run, no "runs") is read as one run."""
+    data = json.loads(Path(path).read_text())
+    return data if "runs" in data else {"benchmark": Path(path).stem, "runs": [data]}
+
+
+def markdown(data: dict[str, Any], title: str, render: Callable[[dict[str, Any]], list[str]]) -> str:
+    lines = [f"# {title}", "", f"Made from `{data['benchmark']}.json` (every figure, with each child's details).", ""]
+    for entry in data["runs"]:
+        lines += [f"## {entry.get('label')}", "", f"- machine: {machine_line(entry.get('machine') or {})}",
+                  f"- date {entry.get('date')}, code {entry.get('commit') or 'unrecorded'}: "
+                  f"`{entry.get('command')}`"]
+        lines += [f"- {entry['note']}"] if entry.get("note") else []
+        lines += [""] + render(entry) + [""]
+    return "\n".join(lines)
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+    header = list(header)
+    cells = [[str(c).replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)] + ["| " + " | ".join(r) + " |" for r in cells]
+
+
+def fmt(value: Any, spec: str = ".1f") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else None
+
+
+def results_of(path: Path) -> Results:
+    """The results file at ``path``, with its benchmark's own Markdown (``benchmarks.<name>.results``)."""
+    data = load(path) if Path(path).exists() else {"benchmark": Path(path).stem, "runs": []}
+    store = importlib.import_module(f"benchmarks.{data['benchmark']}").results(Path(path).parent)
+    store.path, store.data = Path(path), data
+    return store
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness")
+    parser.add_argument("command", choices=("info", "merge", "render"),
+                        help="info: this machine's versions; merge FILE NEW...: the runs of NEW files replace "
+                        "those of the same label in FILE; render FILE...: make each FILE's Markdown again")
+    parser.add_argument("files", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        emit(_versions())
+        return 0
+    targets = args.files[:1] if args.command == "merge" else args.files
+    for path in targets:
+        results = results_of(path)
+        for source in args.files[1:] if args.command == "merge" else ():
+            for entry in load(source)["runs"]:
+                results.data["runs"] = [r for r in results.data["runs"] if r.get("label") != entry.get("label")]
+                results.data["runs"].append(entry)
+        results.save()
+        print(f"wrote {results.path} ({len(results.data['runs'])} runs) and its .md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
