@@ -17,13 +17,7 @@ from autotune.settings import ENV_PREFIX, Settings
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README = REPO / "README.md"
-# The pages written here; docs/results.md and docs/versions.md come from their benchmarks and
-# from the versions table, and are checked where they are made.
-PAGES = [README, *(DOCS / name for name in ("guide.md", "operations.md", "cli.md", "troubleshooting.md",
-                                            "internals.md"))]
-# Written on other branches (the results from their benchmarks, the versions table): a link to
-# one of them may wait for its page until those branches are merged, and says so.
-PENDING = {DOCS / "results.md", DOCS / "versions.md"}
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 README_MAX_BYTES = 15 * 1024
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -75,19 +69,17 @@ def _anchors(page: Path) -> set[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_links_resolve(page: Path) -> None:
-    broken, pending = [], set()
+    broken = []
     for target in _LINK.findall(page.read_text()):
         if re.match(r"[a-z]+:", target):
             continue  # http(s), mailto
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
         if not resolved.exists():
-            (pending.add(resolved.name) if resolved in PENDING else broken.append(target))
+            broken.append(target)
         elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
             broken.append(target)
     assert broken == []
-    if pending:
-        pytest.skip(f"{', '.join(sorted(pending))} not merged yet; every other link of {page.name} resolves")
 
 
 def test_the_readme_is_a_short_guide_without_a_lab_notebook() -> None:
