@@ -174,7 +174,7 @@ def _why_not_applicable(entry: Any) -> str | None:
 
     from torch._dynamo import package as dynamo_package
 
-    dynamo = getattr(entry, "dynamo", None)
+    dynamo: Any = getattr(entry, "dynamo", None)
     try:
         dynamo.check_versions()
     except Exception as exc:  # noqa: BLE001 - another Python or torch

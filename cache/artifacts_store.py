@@ -192,7 +192,7 @@ def delete(conn: Connection, where: Iterable[sa.ColumnElement[bool]]) -> int:
 
 def stats(conn: Connection) -> dict[str, Any]:
     """Counts and bytes for Store.stats(), read from the small columns only."""
-    by_kind = dict(conn.execute(select(A.c.kind, func.count()).group_by(A.c.kind)).all())
+    by_kind: dict[str, int] = {kind: n for kind, n in conn.execute(select(A.c.kind, func.count()).group_by(A.c.kind))}
     by_signer = conn.execute(select(A.c.signer, func.count()).group_by(A.c.signer)).all()
     total = conn.execute(select(func.coalesce(func.sum(A.c.size), 0))).scalar_one()
     return {

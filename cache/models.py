@@ -13,9 +13,10 @@ these models.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
+    Table,
     JSON,
     BigInteger,
     DateTime,
@@ -230,10 +231,10 @@ class LeaseRow(Base):
     outcome: Mapped[str | None] = mapped_column(String(32))  # the result's status, at release
 
 
-environments = EnvironmentRow.__table__
-requests = RequestRow.__table__
-candidates = CandidateRow.__table__
-misses = MissRow.__table__
-kernel_configs = KernelConfigRow.__table__
-artifacts = ArtifactRow.__table__
-leases = LeaseRow.__table__
+environments: Table = cast(Table, EnvironmentRow.__table__)
+requests: Table = cast(Table, RequestRow.__table__)
+candidates: Table = cast(Table, CandidateRow.__table__)
+misses: Table = cast(Table, MissRow.__table__)
+kernel_configs: Table = cast(Table, KernelConfigRow.__table__)
+artifacts: Table = cast(Table, ArtifactRow.__table__)
+leases: Table = cast(Table, LeaseRow.__table__)

@@ -216,7 +216,7 @@ def _patched_speedup(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
     def speedup_by_fusion(self: Any, node1: Any, node2: Any) -> Any:
         book = patch.top
         found = _settled(node1, node2) if book is not None else None
-        if found is None:
+        if book is None or found is None:
             return original(self, node1, node2)
         multi, key, graph = found
         try:

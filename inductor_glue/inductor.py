@@ -193,7 +193,7 @@ def _symbol_hints(input_nodes: list[Any]) -> dict[str, int]:
     from torch._inductor.virtualized import V
 
     symbols = {sym for node in input_nodes for size in node.get_size() for sym in getattr(size, "free_symbols", ())}
-    sizevars = V.graph.sizevars
+    sizevars: Any = V.graph.sizevars
     # torch 2.13 renamed size_hint (torch 2.11) to optimization_hint; the same number.
     hint = getattr(sizevars, "optimization_hint", None) or sizevars.size_hint
     return {str(sym): int(hint(sym)) for sym in sorted(symbols, key=str)}

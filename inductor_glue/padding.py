@@ -58,7 +58,7 @@ def _patched_get(original: Any, patch: StackedPatch[DecisionBook]) -> Any:
         except Exception:  # the cache never breaks a compile: Inductor decides as it would have
             log.debug("could not read a padding verdict", exc_info=True)
             stored = None
-        if isinstance(stored, dict) and isinstance(stored.get("pad"), bool):
+        if book is not None and isinstance(stored, dict) and isinstance(stored.get("pad"), bool):
             book.served(decision_key(key))
             return stored["pad"]
         return original(key)

@@ -85,12 +85,12 @@ def _matmul(request: TuningRequest, device: str, gen: torch.Generator) -> OneOpG
         alpha = _fx_kwarg(request, "alpha", 1)
         bias = _bias(request.inputs[0], device, gen) if op == "addmm" else tensors[0]
         a, b = tensors[1:3]
-        fn_ = torch.addmm if op == "addmm" else torch.baddbmm
+        with_bias: Any = torch.addmm if op == "addmm" else torch.baddbmm
 
-        def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            return fn_(bias, a, b, beta=beta, alpha=alpha)
+        def scaled(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return with_bias(bias, a, b, beta=beta, alpha=alpha)
 
-        return OneOpGraph(fn, (bias, a, b), lambda: fn(bias.float(), a.float(), b.float()))
+        return OneOpGraph(scaled, (bias, a, b), lambda: scaled(bias.float(), a.float(), b.float()))
     raise UnsupportedRequest(f"op {op} has no one-op reproduction")
 
 

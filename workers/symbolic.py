@@ -87,7 +87,8 @@ def memory_order(tensor: torch.Tensor, layout: InputLayout) -> tuple[int, ...] |
 def dense_order(tensor: torch.Tensor) -> tuple[int, ...] | None:
     """The dimensions from outermost in, or None unless the tensor covers its memory once,
     without gaps, in that order (a size-1 dimension's stride is free)."""
-    order = tuple(sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d)))
+    strides = tensor.stride()
+    order = tuple(sorted(range(tensor.dim()), key=lambda d: (-strides[d], d)))
     return order if tensor.permute(order).is_contiguous() else None
 
 

@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING
 
 from autotune.cache.store._connection import WRITE_RETRY_S, StoreBase
 from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S
-from autotune.cache.store._maintenance import ExportReport, ImportReport, MaintenanceMixin
+from autotune.cache.store._maintenance import (
+    ExportReport,
+    ImportReport,
+    MaintenanceMixin,
+)
 from autotune.cache.store._migration import MIGRATION_WAIT_S, MigrationMixin
 from autotune.cache.store._misses import MissesMixin
 from autotune.cache.store._results import _PG_LOOKUP

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from autotune.cache import artifacts_store
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
 from autotune.cache.records import MAX_ARTIFACT_BYTES, Artifact, ArtifactInfo, Listing
 from autotune.cache.store._connection import StoreBase, db_errors
+from sqlalchemy import Connection
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +84,11 @@ class ArtifactsMixin(StoreBase):
         written = skipped = 0
         for batch in artifacts_store.batches(artifacts):
             rows = [artifacts_store.row_values(a) for a in batch]
-            done = self._write(
-                lambda conn, rows=rows: sum(artifacts_store.insert_once(conn, self._insert(A), r) for r in rows)
-            )
+            done = self._write(functools.partial(self._insert_artifact_rows, rows=rows))
             written, skipped = written + done, skipped + len(rows) - done
         return written, skipped
+
+    def _insert_artifact_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+        """How many of rows were new (a stored artifact is kept as it is)."""
+        return sum(artifacts_store.insert_once(conn, self._insert(A), row) for row in rows)
 

@@ -19,13 +19,24 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from autotune.cache import schema
+from autotune.cache.errors import (
+    CacheError,
+    CacheUnavailable,
+    CacheWriteRefused,
+    ReadOnlyError,
+    SchemaOutdated,
+    one_line,
+)
+from autotune.cache.store._engine import (
+    SQLITE_BUSY_TIMEOUT_S,
+    WRITE_OPT,
+    install_sqlite_hooks,
+    parse_url,
+)
+from autotune.cache.url import resolve_cache_url
 from sqlalchemy import Connection, Engine, exc, text
 from sqlalchemy.dialects import postgresql, sqlite
-
-from autotune.cache import schema
-from autotune.cache.errors import CacheError, CacheUnavailable, CacheWriteRefused, ReadOnlyError, SchemaOutdated, one_line
-from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT, install_sqlite_hooks, parse_url
-from autotune.cache.url import resolve_cache_url
 
 log = logging.getLogger(__name__)
 

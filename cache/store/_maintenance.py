@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shutil
 import tempfile
@@ -14,8 +15,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, delete, func, select
-
 from autotune.cache import artifacts_store, jsonl, schema
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
@@ -25,12 +24,13 @@ from autotune.cache.models import kernel_configs as K
 from autotune.cache.models import misses as M
 from autotune.cache.models import requests as R
 from autotune.cache.records import Environment, TuningResult, utcnow
-from autotune.cache.store._connection import db_errors
 from autotune.cache.store._artifacts import ArtifactsMixin
-from autotune.cache.store._results import ResultsMixin
+from autotune.cache.store._connection import db_errors
 from autotune.cache.store._kernel_configs import KERNEL_CONFIGS, KernelConfigsMixin
 from autotune.cache.store._reading import environment_of
+from autotune.cache.store._results import ResultsMixin
 from autotune.cache.store._rows import BATCH, chunks, env_filter, same
+from sqlalchemy import Connection, delete, func, select
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
             self._require_writable("prune")
         env_ids = env_filter(torch_version, device)
         cutoff = utcnow() - older_than if older_than is not None else None
-        req_where = [R.c.env_id.in_(env_ids)] if env_ids is not None else []
-        miss_where = [M.c.env_id.in_(env_ids)] if env_ids is not None else []
+        req_where: list[sa.ColumnElement[bool]] = [R.c.env_id.in_(env_ids)] if env_ids is not None else []
+        miss_where: list[sa.ColumnElement[bool]] = [M.c.env_id.in_(env_ids)] if env_ids is not None else []
         if cutoff is not None:
             req_where.append(R.c.updated_at < cutoff)
             miss_where.append(M.c.last_seen < cutoff)
@@ -130,7 +130,9 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
             def count(table: sa.Table) -> int:
                 return conn.execute(select(func.count()).select_from(table)).scalar_one()
 
-            by_status = dict(conn.execute(select(R.c.status, func.count()).group_by(R.c.status)).all())
+            by_status: dict[str, int] = {
+                status: n for status, n in conn.execute(select(R.c.status, func.count()).group_by(R.c.status))
+            }
             return {
                 "url": self.masked_url,
                 "backend": self.dialect,
@@ -217,7 +219,7 @@ class MaintenanceMixin(ResultsMixin, KernelConfigsMixin, ArtifactsMixin):
         ordered = [unique[k] for k in sorted(unique)]
         imported = 0
         for batch in chunks(ordered, BATCH):
-            imported += self._write(lambda conn, batch=batch: self._import_batch(conn, batch))
+            imported += self._write(functools.partial(self._import_batch, batch=batch))
         by_env: dict[str, tuple[Environment, dict[str, dict[str, Any]]]] = {}
         for config in contents.kernel_configs:
             by_env.setdefault(config.env.key, (config.env, {}))[1][config.key] = config.value

@@ -16,13 +16,13 @@ import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from sqlalchemy import Connection, Engine, exc
+from typing import Any
 
 from autotune.cache import schema
 from autotune.cache.errors import CacheUnavailable, SchemaOutdated, one_line
 from autotune.cache.store._connection import StoreBase, db_errors
 from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT
+from sqlalchemy import Connection, Engine, exc
 
 log = logging.getLogger(__name__)
 
@@ -150,4 +150,5 @@ class MigrationMixin(StoreBase):
 
 def _busy_timeout(conn: Connection, seconds: float) -> None:
     # On the driver's connection: through SQLAlchemy the PRAGMA would begin a transaction.
-    conn.connection.driver_connection.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+    driver: Any = conn.connection.driver_connection
+    driver.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")

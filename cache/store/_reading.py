@@ -18,9 +18,6 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
-from sqlalchemy.types import NullType
-
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import candidates as C
 from autotune.cache.models import environments as E
@@ -47,6 +44,8 @@ from autotune.cache.validation import (
     is_int,
     stored_time_ms,
 )
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.types import NullType
 
 _SQLITE = sqlite.dialect()
 _STR, _OPT_STR, _OPT_NUM = (str,), (str, NULL), (int, float, NULL)

@@ -3,6 +3,7 @@ every read of them (the hook's lookup is the hot path)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import namedtuple
@@ -11,9 +12,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Connection, bindparam, delete, exc, func, select
-from sqlalchemy.dialects import postgresql
-
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import candidates as C
 from autotune.cache.models import misses as M
@@ -21,8 +19,22 @@ from autotune.cache.models import requests as R
 from autotune.cache.records import STATUS_OK, Environment, Listing, TuningResult, utcnow
 from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
-from autotune.cache.store._reading import CANDIDATES, REQUESTS, environment_of, result_from_rows
-from autotune.cache.store._rows import BATCH, candidate_values, chunks, dedupe, env_filter, result_values
+from autotune.cache.store._reading import (
+    CANDIDATES,
+    REQUESTS,
+    environment_of,
+    result_from_rows,
+)
+from autotune.cache.store._rows import (
+    BATCH,
+    candidate_values,
+    chunks,
+    dedupe,
+    env_filter,
+    result_values,
+)
+from sqlalchemy import Connection, bindparam, delete, exc, func, select
+from sqlalchemy.dialects import postgresql
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +57,10 @@ def _pg_lookup_statement() -> sa.Select[Any]:
     (Not on SQLite: its JSON prints doubles with 15 digits, so times would not
     round-trip exactly; there a lookup is two in-process queries instead.)"""
     cand = C.alias("c")
-    obj = func.json_build_object(
-        *(arg for name in _CANDIDATE_FIELDS for arg in (sa.literal_column(f"'{name}'"), cand.c[name]))
-    )
+    pairs: list[Any] = []
+    for name in _CANDIDATE_FIELDS:
+        pairs += [sa.literal_column(f"'{name}'"), cand.c[name]]
+    obj = func.json_build_object(*pairs)
     cands = (
         select(func.json_agg(postgresql.aggregate_order_by(obj, cand.c.position), type_=sa.JSON))
         .where(cand.c.request_id == R.c.id)
@@ -80,7 +93,7 @@ class ResultsMixin(EnvironmentsMixin):
         unique = {(r.env.key, r.request.key): r for r in results}
         ordered = [unique[k] for k in sorted(unique)]
         for batch in chunks(ordered, BATCH):
-            self._write(lambda conn, batch=batch: self._put_batch(conn, batch))
+            self._write(functools.partial(self._put_batch, batch=batch))
         return len(ordered)
 
     def _put_batch(self, conn: Connection, batch: Sequence[TuningResult]) -> None:
@@ -138,7 +151,7 @@ class ResultsMixin(EnvironmentsMixin):
             cands: list[Any] = [_pg_candidate(c) for c in (row.candidates_json if row else None) or ()]
         else:  # SQLite reads run in one transaction: both queries see one snapshot
             row = conn.execute(_LOOKUP_REQUEST, params).one_or_none()
-            cands = [] if row is None else conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}).all()
+            cands = [] if row is None else list(conn.execute(_LOOKUP_CANDIDATES, {"request_id": row.id}))
         if row is None:
             if cached:
                 # The env may have been pruned and re-created under a new id.
@@ -170,8 +183,9 @@ class ResultsMixin(EnvironmentsMixin):
             query = query.where(R.c.op == op)
         if status:
             query = query.where(R.c.status == status)
-        if device:
-            query = query.where(R.c.env_id.in_(env_filter(None, device)))
+        device_envs = env_filter(None, device) if device else None
+        if device_envs is not None:
+            query = query.where(R.c.env_id.in_(device_envs))
         if limit:
             query = query.limit(limit)
         return self._read(lambda conn: self._results_for(conn, query))
@@ -266,7 +280,7 @@ def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
     """
     import psycopg  # the postgresql+psycopg dialect has already imported it
 
-    driver = conn.connection.driver_connection
+    driver: Any = conn.connection.driver_connection
     try:
         with driver.cursor() as cursor:
             cursor.execute(_PG_LOOKUP_SQL, params)
@@ -280,7 +294,7 @@ def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
         ) from error
     if record is None:
         return None
-    row = _PgLookupRow(*record)
+    row: Any = _PgLookupRow(*record)
     # The driver returns the session's time zone; records use UTC.
     return row._replace(created_at=_utc(row.created_at), updated_at=_utc(row.updated_at))
 

@@ -10,10 +10,15 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import func, select
-
 from autotune.cache.models import environments as E
-from autotune.cache.records import CandidateResult, Environment, TuningRequest, TuningResult, utcnow
+from autotune.cache.records import (
+    CandidateResult,
+    Environment,
+    TuningRequest,
+    TuningResult,
+    utcnow,
+)
+from sqlalchemy import func, select
 
 log = logging.getLogger(__name__)
 
