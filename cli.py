@@ -267,7 +267,7 @@ def _clip(text: str, width: int) -> str:
 
 
 def _short_device(name: str, width: int) -> str:
-    """A device name cut to ``width``: its vendor's name goes first ("NVIDIA H100 80GB HBM3")."""
+    """A device name cut to ``width``: its vendor's name goes first ("NVIDIA <model>")."""
     if len(name) > width:
         name = name.split(" ", 1)[-1] if name.split(" ", 1)[0] in ("NVIDIA", "AMD", "Intel(R)") else name
     return _clip(name, width)

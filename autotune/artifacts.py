@@ -241,7 +241,7 @@ def _active() -> ArtifactTier | None:
 
 # Every C++ build Inductor makes goes through CppBuilder.build: kernel libraries, their
 # object files, and the probes that pick the CPU's vector ISA (which compile and load
-# small programs in every fresh cache dir: 6 s of a CPU warm start here).
+# small programs in every fresh cache dir, a large share of a CPU warm start).
 _COMPILE_CPP: StackedPatch[ArtifactTier] = StackedPatch(seams.CPP_BUILD, _patched_build)
 
 

@@ -253,8 +253,8 @@ def _patched_context_call(original: Any, patch: StackedPatch[PackageSeam]) -> An
     """Torch post-compiles a loaded package's graphs under the global Inductor config, not
     under the options of the ``torch.compile`` that loads it (a TODO in
     ``deserialize_bundled_cache_entry``, torch 2.11-2.13): a max-autotune job then runs its
-    graphs without CUDA graphs, launch by launch, at up to 2.5x cold max-autotune's wall
-    time with the same kernels. So the load and install that ``torch.compile`` does here
+    graphs without CUDA graphs, launch by launch, far slower than cold max-autotune with
+    the same kernels. So the load and install that ``torch.compile`` does here
     run under the config its backend would have patched in, as a cold compile's FX cache
     hit does."""
 

@@ -69,7 +69,7 @@ MISSES_LISTED = 32
 
 
 def missed_entry(request: TuningRequest) -> dict[str, Any]:
-    """What a miss asked for, to compare with what the sweep captured (``autotune show``)."""
+    """What a miss asked for, to compare with what the sweep captured (``autotune cache show``)."""
     return {"request": shape_summary(request), "key": request.key,
             "exprs": [list(i.exprs) for i in request.inputs], "strides": [list(i.strides) for i in request.inputs]}
 
@@ -109,7 +109,7 @@ class HookStats:
     # The first few keys copied into the cache (to compare runs).
     saved_keys: list[str] = field(default_factory=list)
     # The first few misses, with their size expressions: a dynamic graph's job that misses
-    # what the sweep stored asks for other forms (ConvNeXt-T, H100 runs 122 and 127).
+    # what the sweep stored asks for other forms (seen with ConvNeXt-T).
     missed: list[dict[str, Any]] = field(default_factory=list)
     # Artifact tier: compiled artifacts that verified and were handed to torch; ones that
     # did not (unsigned, unknown key, bad signature) and were compiled instead; ones signed
@@ -167,8 +167,8 @@ class ServePolicy:
         self._verdicts: set[str] = set()  # request keys timed here
         # The store's imports start now and are not part of the lookup timeout, which is
         # for a slow or unreachable database: on a busy node (a GPU host compiling, with
-        # the GIL shared with the job's own imports) they alone once took over 2 s and
-        # turned a whole warm start into plain max-autotune.
+        # the GIL shared with the job's own imports) they alone could outlast the timeout
+        # and turn a whole warm start into plain max-autotune.
         self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
         self._imports.start()
         self._store: protocols.Store | None = None
@@ -560,8 +560,8 @@ class WarmStart:
 
     # Inductor's benchmark_epilogue_fusion is left as the job has it (on, on GPUs):
     # whether a winning template should absorb its neighbours depends on the
-    # graph, which an isolated tuning cannot see (on an H200 turning it off made
-    # the transformer example 14% slower: 1.290 vs 1.131 ms). With pinning it
+    # graph, which an isolated tuning cannot see (on GPUs, turning it off made the
+    # transformer example measurably slower). With pinning it
     # weighs one template against ATen, and where the sweep's pass stored its
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,

@@ -4,9 +4,9 @@ On GPUs Inductor settles a template's epilogue and prologue fusions in the sched
 benchmarks the fused template now and compares it with the choices' timings plus the
 neighbouring kernel alone. Cold max-autotune measures all three in one process. A job
 served from the cache compares stored timings, taken by a sweep worker in a one-op graph in
-another process, with fresh ones. And the one-op timing is not always the graph's: on an H100
+another process, with fresh ones. And the one-op timing is not always the graph's: on GPUs
 (torch 2.11) a training step's backward GEMMs each won as a Triton template alone, while in the
-graph's process cuBLAS beat every one of them (8-9 of 13 winners changed, runs 32-33).
+graph's process cuBLAS beat most of them.
 
 So the sweep's end-to-end pass times, in its own process and as cold max-autotune does, the
 choices a job weighs for each stored request (ATen and the pinned winner), and stores that
@@ -15,14 +15,14 @@ every job served from the data tier then weigh the same figures, and decide alik
 
 Where ATen won alone, the pass times the fastest Triton config beside it (the worker has
 checked its numbers alone: workers/tune.py). With ATen's calls alone, the graph's process
-once chose between two of them: on an H100 it timed cuBLAS's bias epilogue ~1.7x slower than
-alone, and took plain ``addmm``, whose bias copy cost more in the graph than either
-(the transformer's kernel time 1.17x cold); cold max-autotune took a template there.
+once chose between two of them: on a GPU it timed cuBLAS's bias epilogue much slower than
+alone, and took plain ``addmm``, whose bias copy cost more in the graph than either, so the
+transformer ran slower than cold; cold max-autotune took a template there.
 
 Both the worker and the pass time kernel-bound (inductor_glue/timing.py): Inductor's own
 figures for a call that is slow to launch, such as cuBLAS's bias epilogue, counted the launch
-while a compile ran beside them (0.069-0.123 ms against 0.041-0.053 ms alone, H100 run 51); with
-the launch left out, worker and pass agreed within 1% on the transformer (run 54).
+while a compile ran beside them, and came out far slower than alone; with the launch left out,
+worker and pass agree on the transformer.
 
 Pure: no database, no Inductor. ``ServePolicy`` (autotune/hook.py) feeds it and stores the result.
 """

@@ -141,7 +141,7 @@ def _stored_config_is(autotuner: Any, config: Any) -> bool:
     was built with its one tuned config, but Inductor re-reads its autotune cache
     with that one-config list, whose hash differs from the list the stored config
     was tuned from: a "miss", and coordinate descent runs again. Worse, its
-    ``filename`` is still the path on the node that compiled it (seen on an H100,
+    ``filename`` is still the path on the node that compiled it (seen on a CUDA host,
     torch 2.11), where no config file exists here. So the file is looked up where
     it is on this node: the same place under this node's cache dir (beside the
     kernel, named from its source hash); the config is trusted when it is the
@@ -172,8 +172,8 @@ def _stored_config_is(autotuner: Any, config: Any) -> bool:
 # Do not run coordinate descent again on a kernel whose config came from the cache
 # (``_served_config``). Inductor (2.11) re-runs it when the cached config is also one of
 # the kernel's heuristic configs (coordinate descent found nothing better): the compiled
-# heuristic config lacks the "found by coordesc" mark. On an H200 that was 5 of
-# ResNet-18's 17 kernels and 4 s of a warm compile, for the same answer.
+# heuristic config lacks the "found by coordesc" mark. On GPUs that is a good share of a
+# CNN's kernels and of a warm compile's time, for the same answer.
 
 
 def _scaling_only_untuned(original: Any, patch: StackedPatch[bool]) -> Any:
@@ -197,7 +197,7 @@ def _served_one_config(autotuner: Any) -> bool:
 # Do not add halved-RBLOCK candidates to a reduction whose config came from the cache.
 # Torch 2.11 adds them after every compile of a register-heavy reduction, cache hit or
 # not: two launchers, so the kernel is benchmarked and descended again at its first run
-# (Whisper's encoder on an H100: one layer-norm kernel retuned by every warm start, and
+# (Whisper's encoder on GPUs: one layer-norm kernel retuned by every warm start, and
 # by the sweep's own second compile). The stored config already won against those
 # candidates when it was tuned. Upstream fixed it later (pytorch/pytorch#181292, #181789).
 _SCALE: StackedPatch[bool] = StackedPatch(seams.SCALE_RBLOCK, _scaling_only_untuned)

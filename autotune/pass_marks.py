@@ -4,9 +4,9 @@ A sweep tunes its GEMMs, then runs the pass (``autotune.pointwise``) that tunes 
 pointwise/reduction kernels and stores the fusion and padding verdicts. A sweep cut after
 its GEMMs were stored (a job's time limit, a killed process) left that pass undone, and
 the next sweep found every GEMM cached, so it tuned nothing and skipped the pass: the
-kernels stayed untuned, and every job tuned them at its first run (an H100 zoo run, 116:
-MLP-Mixer under ``dynamic=True``, 22 kernels). So a pass that finishes leaves a mark, and a
-sweep with nothing to tune still runs the passes whose marks are missing.
+kernels stayed untuned, and every job tuned them at its first run (seen with the MLP-Mixer
+under ``dynamic=True``). So a pass that finishes leaves a mark, and a sweep with nothing to
+tune still runs the passes whose marks are missing.
 
 A mark's key hashes what the pass compiles (the model file's bytes, its entry, batch sizes,
 mode, training, Inductor options, dynamic graphs) and names its share of the kernels
@@ -16,7 +16,8 @@ mode, training, Inductor options, dynamic graphs) and names its share of the ker
 A pass also leaves a mark when it begins (``/started``): the sweep that ran it had stored its
 GEMMs by then. A later sweep of the same model that finds the pass begun and unfinished (cut
 at a deadline) starts it again at once, beside its capture, instead of after it: a resumed
-``dynamic=True`` capture took 262-281 s of each 530 s call (H100 runs 123-125).
+``dynamic=True`` capture can take half of a sweep's call, and a pass that waits for it may
+miss the deadline again.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ compiles with those configs and tunes nothing.
 
 It runs in its own fresh process (``python -m autotune.pointwise``), as a job
 would: in the sweep's process, which has compiled the model once already for
-capture, some kernels came out with different source (so different keys) on an
-H200. The process starts while the GEMMs are tuned (imports, CUDA, the model),
+capture, some kernels came out with different source (so different keys) on a
+GPU. The process starts while the GEMMs are tuned (imports, CUDA, the model),
 then waits for the word to go.
 """
 
@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 # How long a pass told to stop (SIGTERM) has to store what it tuned and report, before it is
 # killed. Its writes wait for the end of a compile (the GIL, see hook.py), and a sweep cut at
-# its deadline lost them all: ResNet-50's training pass is 421 s, 65% of it tuning 321 kernels.
+# its deadline lost them all: a CNN's training pass runs for minutes, most of them tuning
+# hundreds of kernels.
 STOP_GRACE_S = 30.0
 
 
@@ -156,8 +157,8 @@ def follow_up(current: Pass, verdict_changed: bool, withheld: bool) -> Pass | No
       nothing), since a changed winner changes the kernels around it, whose configs must
       be tuned before the publishing compile builds them.
     - A publishing compile that withheld its artifacts: the same compile once more. Its
-      kernels' sources can differ from the timing compile's (seen on an H100: a training
-      step's publishing compile tuned 6 backward kernels, which its published graphs held
+      kernels' sources can differ from the timing compile's (seen on a GPU: a training
+      step's publishing compile tuned backward kernels, which its published graphs held
       untuned, and a job loading them tuned them again at its first call). They are
       stored now, so the second compile is served throughout.
     """
@@ -295,7 +296,7 @@ def _run_end_to_end(model: ModelFile, module: Any, calls: tuple[tuple[Any, ...],
     if device == "cuda" and mark_step is not None:
         # max-autotune records CUDA graphs; without a step boundary, a training step's
         # later graphs (backward, the compiled optimizer) may find the forward's outputs
-        # overwritten (seen on an H100 with examples/lm_train.py). A job marks its steps too.
+        # overwritten (seen on a GPU with examples/lm_train.py). A job marks its steps too.
         mark_step()
     source = sys.modules.get(getattr(model.factory, "__module__", ""), None)
     train_step = getattr(source, "train_step", None)

@@ -4,9 +4,9 @@ The pass (``autotune.pointwise``) begins only once the sweep's GEMMs are stored,
 mark when it begins and another when it finishes (``pass_marks``). A sweep cut at a deadline
 in its pass (a job's time limit) left the first mark and not the second. The next sweep of
 the same model file, options and GPU captures again, finds every GEMM cached and only then
-ran the pass: on four H100s (runs 123-125) the resumed ``dynamic=True`` captures of T5,
-EfficientNet-B0 and MobileNetV3 took 262-281 s of each 530 s call, and their passes got the
-rest. Such a pass now starts at once, in its own processes, beside the capture.
+ran the pass: on GPUs the resumed ``dynamic=True`` captures of models such as T5 took half
+of each call, and their passes got the rest. Such a pass now starts at once, in its own
+processes, beside the capture.
 
 What the capture finds does not wait for it: a request that is not cached (the cache was
 pruned, say) is tuned as before, and the model's pass runs again after it, once this one

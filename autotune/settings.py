@@ -71,8 +71,8 @@ class Settings:
     # GPU sweeps: how many GPUs to use (None: every GPU Ray sees).
     gpus: int | None = None
     # GPU sweeps: requests each GPU works on at once. A request spends most of its time
-    # compiling candidates on the CPU (an H100, torch 2.11: 17 of 18 s for a transformer
-    # GEMM), so one compiles while another benchmarks; the GPU timings themselves take
+    # compiling candidates on the CPU (nearly all of it for a transformer GEMM on a GPU,
+    # torch 2.11), so one compiles while another benchmarks; the GPU timings themselves take
     # turns (a lock per GPU, workers/gpu_lock.py).
     jobs_per_gpu: int = 4
     # Seconds one request may take on a worker before it is killed and recorded as failed.
@@ -110,8 +110,8 @@ class Settings:
     # before it is read (a miss, with one warning), so a planted row cannot fill a job's memory.
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     # Artifact tier: share Dynamo's package too (torch's caching_precompile), so a fresh node
-    # skips tracing (on an H100, torch 2.11: the transformer's first call 0.46-0.53x default with
-    # it, 0.73-0.79x without). A model Dynamo cannot package, or a job that cannot use the package,
+    # skips tracing (on GPUs, torch 2.11, it cuts a transformer's first call well below what the
+    # FX graph and AOTAutograd entries alone give). A model Dynamo cannot package, or a job that cannot use the package,
     # falls back to the FX graph and AOTAutograd entries with one warning.
     dynamo_package: bool = True
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and

@@ -1,4 +1,4 @@
-"""SQL of the artifact tier, used by Store (cache/store.py).
+"""SQL of the artifact tier, used by Store (the cache/store/ package, cache/store/_artifacts.py).
 
 Plain functions on an open connection: Store owns the engines, transactions,
 retries and error translation, this module only knows the ``artifacts`` table.

@@ -54,8 +54,8 @@ class CapturePolicy:
     def allow_template(self, pin: Any) -> bool:
         """Render one Triton config per template and request, not all of them.
 
-        Rendering every config was most of a capture's time (ResNet-18 on an H200:
-        29 s). One is enough: the request still reaches the selector with several
+        Rendering every config was most of a capture's time (a CNN on a GPU). One is
+        enough: the request still reaches the selector with several
         choices, and its hash is still checked against the worker's, which renders
         them all. Which configs exist is the worker's business.
         """
@@ -279,8 +279,8 @@ def no_runtime_tuning() -> contextlib.AbstractContextManager[None]:
 
     Capture and the workers compile a graph to see its GEMM/conv requests and
     run it once for a result, but have no use for tuned pointwise kernels; under
-    max-autotune Inductor tunes each at its first run, which was ~10 s of
-    ResNet-18's capture on an H200.
+    max-autotune Inductor tunes each at its first run, a large share of a CNN's
+    capture on a GPU.
     """
     return _runtime_tuning(lambda _autotuner: False)
 

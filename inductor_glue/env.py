@@ -151,7 +151,7 @@ def package_environment(device_kind: str) -> str:
     """What a Dynamo package's key is filed under: versions, device and Inductor config.
 
     Lighter than the full environment key: on a GPU that key's system hash hashes Triton's
-    whole install (1.1 s on an H100), which a job that loads its package pays for nothing
+    whole install (about a second on a GPU host), which a job that loads its package pays for nothing
     else. Triton's and CUDA's versions and the GPU's name stand in for it; the package's
     compiled graphs keep their own keys, and Dynamo checks Python's and torch's versions.
     """
@@ -173,8 +173,8 @@ def kernel_config_environment(device_kind: str) -> Environment:
     they are saved when a kernel first runs, outside the compile, where torch.compile's
     mode options are no longer applied. So Inductor's system hash is not needed here, and
     it is dear: it hashes Triton's whole install. A job reads these configs on a thread
-    that the first kernel it loads from a cached graph waits for; on an H100 (torch 2.11)
-    that hash took 0.9 s of that thread, and its GIL slowed the job's own imports.
+    that the first kernel it loads from a cached graph waits for; on a CUDA host (torch 2.11)
+    that hash took most of a second of that thread, and its GIL slowed the job's own imports.
     """
     known = _device_and_versions(device_kind)
     return Environment(config_fingerprint="kernel-configs", config={}, system_hash=digest(known)[:32], **known)
@@ -193,7 +193,7 @@ def pin_triton_toolchain() -> None:
     Every Triton template's source embeds a backend hash that includes the ptxas
     version. Torch points TRITON_PTXAS_PATH at its own ptxas the first time it
     compiles a Triton kernel in a process, so a hash taken before that moment
-    differs from one taken after (seen on an H200, torch 2.11: every Triton
+    differs from one taken after (seen on a CUDA host, torch 2.11: every Triton
     choice hash of a one-op reproduction differed from the model's). Doing what
     torch will do anyway, up front, gives one answer everywhere.
     """
@@ -210,7 +210,7 @@ def prewarm_triton_backend() -> threading.Thread | None:
     A compiled graph loaded from a cache asks for ``triton_hash_with_backend()`` before
     it runs (Inductor's autotune-cache metadata). In a fresh process that builds
     Triton's CUDA driver stub with the C compiler and hashes Triton's whole install:
-    0.9 s on the main thread of an H100 job (torch 2.11), almost all of it waiting on
+    most of a second on the main thread of a GPU job (torch 2.11), almost all of it waiting on
     the compiler or hashing megabyte chunks, neither of which holds the GIL. Started
     at warm_start(), it overlaps the job's own imports. The result is cached by torch
     (functools.cache), so the job reads it; join the thread before the first cached

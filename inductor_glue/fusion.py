@@ -4,11 +4,10 @@ On GPUs every mm-family lowering under max-autotune is a ``MultiTemplateBuffer``
 scheduler settles each template's epilogue (and prologue) fusions by benchmarking: the
 fused template against the best choice alone plus the neighbour alone
 (``Scheduler.speedup_by_fusion``). Each process measures afresh. Those GEMMs often take a
-few microseconds and their choices are within 1-2% of each other, so the verdict flips from
-process to process. A flip changes which kernels the graph has, and with them every later
-kernel's name and source, which is what a stored pointwise config is keyed by: on an H100,
-MobileNetV3's warm start retuned 34 pointwise kernels in one run and none in the next
-(benchmarks/results/conformance_nvidia-h100.md, runs 83 and 87).
+few microseconds and their choices time nearly alike, so the verdict flips from process to
+process. A flip changes which kernels the graph has, and with them every later kernel's name
+and source, which is what a stored pointwise config is keyed by: on GPUs, a CNN's warm start
+(MobileNetV3's) retuned many of its pointwise kernels in one run and none in the next.
 
 So the sweep's end-to-end pass records each verdict it reaches, and a job serves it: no
 benchmark, and the same kernels as the compile whose pointwise configs were stored. A
@@ -21,10 +20,10 @@ own benchmark, and what it decides is recorded.
 A verdict is served in the form Inductor gave it: at once, or pending (resolved later
 with the other template fusions of its round). An answer given at once where Inductor's was
 pending fuses inside the scheduler's loop over candidate pairs, so the later pairs of that
-round see the fused node under another name: on an H200 a Llama decoder's rotary ``bmm``
+round see the fused node under another name: on a GPU a Llama decoder's rotary ``bmm``
 template had two prologue candidates, both fused in the pass, and the warm start, served
 the first at once, timed the second against the fused node and refused it, which changed
-every later kernel (benchmarks/results/conformance_nvidia-h200.md, run 95).
+every later kernel.
 
 Data only: a boolean, a pin key and the answer's form, in the kernel_configs table under
 ``PREFIX``.

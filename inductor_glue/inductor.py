@@ -371,10 +371,10 @@ class LazySelector:
     """Stands in for the selector until Inductor first uses it.
 
     Building a ``Selector`` computes Inductor's system hash, which hashes Triton's whole
-    install (1.1 s on an H100, torch 2.11). A compile served from compiled artifacts (an
-    FX graph or a Dynamo package) never lowers a GEMM and never needs it, so the hook
-    installs this instead; the first call or attribute Inductor asks for builds the real
-    one and puts it in place.
+    install (about a second on a GPU host, torch 2.11). A compile served from compiled
+    artifacts (an FX graph or a Dynamo package) never lowers a GEMM and never needs it, so
+    the hook installs this instead; the first call or attribute Inductor asks for builds the
+    real one and puts it in place.
     """
 
     def __init__(self, policy: LookupPolicy, previous: Any) -> None:

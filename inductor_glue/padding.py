@@ -3,11 +3,10 @@
 Before lowering, Inductor's ``pad_mm`` pass may pad a GEMM whose sizes are not aligned
 (K = 196 to 200, say). On GPUs it decides by timing the padded GEMM against the original
 (``should_pad_bench``) and keeps the answer in a file of the node's cache dir. A process
-with fresh caches times it again, and close calls flip: on an H100 the MLP-Mixer's sweep
-captured ``mm 8192x196 @ 196x256`` while its warm start padded it to ``8192x200 @ 200x256``,
-a request the sweep never saw: one miss, a GEMM tuned, and 23 pointwise kernels tuned
-again (run 90). GPT-2's and the Mixer's unexplained benchmarker
-calls at warm start (2 and 4: two timings per verdict) were these.
+with fresh caches times it again, and close calls flip: on GPUs the MLP-Mixer's sweep
+captured a GEMM unpadded while its warm start padded it, a request the sweep never saw: a
+miss, a GEMM tuned, and the pointwise kernels around it tuned again. GPT-2's and the
+Mixer's unexplained benchmarker calls at warm start (two timings per verdict) were these.
 
 So the sweep's pass records each verdict Inductor reaches, and a job serves it from the
 store before Inductor looks in its own file: the same graph as the pass, no timing. The
@@ -117,8 +116,8 @@ class MemoryBook:
 class _AsRecorded:
     """No padding, ever: a worker's one-op graph is built from the sizes capture recorded,
     padded already where the model's graph was; padding it again, or padding what the graph
-    did not, made a request the worker could not match (the MLP-Mixer's ``addmm ... 256x196``
-    reproduced as ``256x200`` on an H100, run 91: ``key_mismatch``)."""
+    did not, made a request the worker could not match (the MLP-Mixer's ``addmm`` came back
+    padded from the worker: ``key_mismatch``)."""
 
     def stored(self, key: str) -> dict[str, Any] | None:
         return {"pad": False}

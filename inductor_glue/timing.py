@@ -1,23 +1,22 @@
 """Kernel-bound GPU timing for the sweep: its GEMM tuning and its whole end-to-end pass.
 
-Inductor times a candidate with CUDA events around each call, after an L2 flush of
-~17 us on an H100. When the CPU takes longer than that to launch the call, the GPU can
+Inductor times a candidate with CUDA events around each call, after an L2 flush that
+takes microseconds. When the CPU takes longer than that to launch the call, the GPU can
 idle inside the timed span (how much depends on when the driver submits the queued work),
 and the launch is timed as if it were the kernel. A cuBLAS
-bias epilogue (``bias_addmm``) queries cuBLASLt's heuristics on every call: on an
-H100 (torch 2.11) the sweep timed it at 0.069-0.123 ms while a compile ran beside it,
-against 0.041-0.053 ms on an idle CPU, so the sweep kept Triton templates plus a GELU
-kernel where cold max-autotune kept cuBLAS (the transformer's kernel time 1.22x cold,
-run 51). A job replays these choices in CUDA graphs, or queues them behind other
-kernels, where launch time does not count.
+bias epilogue (``bias_addmm``) queries cuBLASLt's heuristics on every call: on GPUs
+(torch 2.11) the sweep timed it far slower while a compile ran beside it than on an idle
+CPU, so the sweep kept Triton templates plus a GELU kernel where cold max-autotune kept
+cuBLAS, and the transformer's kernels ran slower than cold's. A job replays these choices in
+CUDA graphs, or queues them behind other kernels, where launch time does not count.
 
 The same holds for pointwise and reduction kernels, which run in a few microseconds:
 timed with their launch, one kernel's configs look alike, and the sweep's end-to-end pass
-may store one that runs twice as slow as cold max-autotune's. On an H200 host where three
-other sweeps compiled side by side (run 94-95), BERT's layer norm, softmax and GELU kernels
-ran ~2x cold's with the configs the pass stored; on an H100 the same pass stored configs
-as fast as cold's on a quiet CPU (run 99), and beside one spinning process per core the
-GELU ran 103 us against 61 us with this timing (runs 100-101).
+may store one that runs much slower than cold max-autotune's. On a GPU host where other
+sweeps compiled side by side, BERT's layer norm, softmax and GELU kernels ran far slower than
+cold's with the configs the pass stored; on a quiet CPU the same pass stored configs as fast
+as cold's, and beside one busy process per core the GELU config this timing stored ran much
+faster than the one Inductor's own timing stored.
 
 So, while tuning and throughout the end-to-end pass, each timed loop starts behind a GPU
 sleep long enough for the CPU to queue its first calls: the events then time those
@@ -33,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 AHEAD_CALLS = 8  # calls the CPU queues while the GPU sleeps: their timings carry no launch
-SLEEP_CYCLES_PER_MS = 2_000_000  # an H100 SM clock (~1.98 GHz); a slower clock sleeps longer
+SLEEP_CYCLES_PER_MS = 2_000_000  # a data-centre GPU's SM clock (~2 GHz); a slower clock sleeps longer
 MIN_HOLD_MS = 0.1
 HOLD_MARGIN = 2.0  # a hold lasts twice AHEAD_CALLS calls at the pace measured at warm-up
 MAX_HOLD_MS = 128.0

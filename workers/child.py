@@ -1,7 +1,7 @@
 """A plain Python process that tunes jobs for one actor, one at a time.
 
 Why not tune inside the Ray actor itself: a Ray worker process is not a plain
-Python process, and on an H200 (torch 2.11, triton 3.6) the Triton backend hash
+Python process, and on a CUDA host (torch 2.11, triton 3.6) the Triton backend hash
 that Inductor bakes into every template's source came out different there, so
 no reproduced Triton choice hash matched the ones a training job computes. A
 child started with ``python -m workers.child`` and the Ray variables removed
@@ -159,8 +159,8 @@ class ChildTuner:
 def warm_up(device: str) -> float:
     """Pay the first job's one-time costs: CUDA context, Dynamo/Inductor/C++ or Triton set-up.
 
-    Measured on CPU (torch 2.13): the first job in a fresh child took ~13 s longer
-    than the next ones; one tiny compile here pays nearly all of it. It runs in
+    On CPU (torch 2.13) the first job in a fresh child takes far longer than the
+    next ones; one tiny compile here pays nearly all of the difference. It runs in
     fresh Inductor state like every job, after pinning Triton's ptxas as every job
     does, so it changes no job's hashes or results. Best effort: a failure here is
     logged and the first job simply starts cold, as it did before.

@@ -1,8 +1,8 @@
 """Joining a Ray cluster: check the address in seconds, and say what is wrong in one line.
 
-``ray.init(address=...)`` on a wrong address retries for minutes (829 s measured
-for 127.0.0.1:1) and prints dozens of log lines; on a cluster with token
-authentication (``RAY_AUTH_MODE=token``) and no token here it retries for 20 s
+``ray.init(address=...)`` on a wrong address (one where nothing listens) retries
+for minutes and prints dozens of log lines; on a cluster with token
+authentication (``RAY_AUTH_MODE=token``) and no token here it keeps retrying
 before a bare ``ConnectionError``. So before joining, the sweep opens a TCP
 connection to the address, then asks the GCS for one key from a short-lived
 subprocess (Ray's C++ client logs to the process's stderr, and its token cache

@@ -2,7 +2,7 @@
 
 A GPU actor runs several requests at once (``--jobs-per-gpu``), each in its own
 child process, because a request spends most of its time compiling candidates on
-the CPU (an H100, torch 2.11: 17 of 18 s for a transformer GEMM, 0.8 s timing).
+the CPU (torch 2.11: nearly all of a transformer GEMM's time; the timing is short).
 Two children timing candidates at the same moment would time each other's
 kernels, so each holds this lock while Inductor times its candidates: an
 ``flock`` on a file named after the GPU's UUID, which every process on the host

@@ -2,7 +2,7 @@
 
 The Ray actor and the sweep driver handle jobs and results without compiling
 anything; keeping these here spares their processes importing torch and
-Inductor (measured on CPU: ~2.7 s added to each actor's first job).
+Inductor, which adds seconds to each actor's first job.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 # acquire and an after-fork release of its lock. Imported for the first time by the main
 # thread (torch's imports) while Ray's thread was forking a process with a preexec_fn, it
 # added the release between the two, and the fork printed "release unlocked lock" with a
-# traceback into a sweep's output (CI, 2026-11-27).
+# traceback into a sweep's output.
 import concurrent.futures.thread  # noqa: F401
 import logging
 import os
@@ -48,8 +48,8 @@ _early_owns = False  # whether that thread started Ray (not found it up)
 
 
 def start_ray_soon() -> None:
-    """Start a local Ray now, in the background, so that its seconds (7-9 s measured on an
-    H100 host) overlap the sweep's imports of torch and the model, not follow them.
+    """Start a local Ray now, in the background, so that its start (several seconds on a
+    GPU host) overlaps the sweep's imports of torch and the model, not follows them.
 
     The thread that starts Ray lives as long as Ray (see _outlive_ray). A failure here is
     left to ``start_ray``'s own call, which says it in one line.

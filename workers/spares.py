@@ -1,9 +1,9 @@
 """Tuning children started before Ray is up, for the actors of a local sweep to adopt.
 
 A GPU actor's first request waited for Ray's start, then the actor's, then its
-child's start (Python, torch and Inductor imports) and warm-up: on an H100 host the
-first child was warm 17-18 s into a sweep whose capture was done at 12 s. A local
-sweep therefore starts ``count`` children itself, at once, while Ray starts and the
+child's start (Python, torch and Inductor imports) and warm-up: on a GPU host the
+first child was warm seconds after the sweep's capture was done, and the GPU waited. A
+local sweep therefore starts ``count`` children itself, at once, while Ray starts and the
 models are captured. Each imports what a job needs and waits on two named pipes in
 a directory of its own; an actor (on this host) claims one per lane and talks to it
 as to a child it started (``ChildTuner.adopt``), so only the warm-up is left.
@@ -53,7 +53,7 @@ def die_with_parent(parent: int) -> None:
     """In the spare, first thing: a SIGKILL when the sweep's process ends, however it ends.
 
     Set by the spare itself, not in a ``preexec_fn``: after a fork from a process with
-    threads (Ray's start, CUDA's), Python code before exec can deadlock (seen on an H100 host).
+    threads (Ray's start, CUDA's), Python code before exec can deadlock (seen on a CUDA host).
     """
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

@@ -234,7 +234,7 @@ def own_memory(tensor: torch.Tensor) -> torch.Tensor:
     Under ``dynamic=True`` Dynamo gives a view's base symbols of its own first, and duck
     sizing then hands an equal-sized dimension of the view the base's symbol: a carrier of
     512 elements viewed as (512, 1) asked with ``s84`` (its base's), not the model's ``s41``
-    (the Llama decoder's rotary ``mm`` on an H100, conformance run 116). An input whose
+    (seen with the Llama decoder's rotary ``mm`` on a GPU). An input whose
     elements overlap (an expanded dimension) stays a view: it cannot be copied so."""
     if tensor._base is None or dense_order(tensor) is None:
         return tensor

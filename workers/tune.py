@@ -130,7 +130,7 @@ def _stand_in(timings: dict[Any, float]) -> Any | None:
     ATen's numbers need no compile to check (the op in eager mode is ATen), while the
     fastest template must be checked before the end-to-end pass may choose it in the
     graph (autotune/in_graph.py). Running it in this compile checks it at no extra
-    compile; a second compile serving it alone cost ~9 s per request on an H100.
+    compile; a second compile serving it alone cost seconds per request on a GPU.
     """
     finite = {c: t for c, t in timings.items() if math.isfinite(t)}
     if not finite or choice_kind(min(finite, key=finite.__getitem__)) != "aten":
@@ -202,8 +202,8 @@ def _without_cudagraphs(mode: str, dynamic: bool | None) -> dict[str, Any]:
     its output; every choice and kernel source is fixed before CUDA graphs come in, so
     nothing a job looks up changes. And torch 2.11's graph partition (which CUDA graphs
     bring) dropped a size symbol that only a kernel's launch used: the MLP-Mixer's token
-    GEMM under ``--dynamic`` (K = (s0//16)*(s53//16)) failed with ``NameError: s0`` on an
-    H100 (runs 71 and 75)."""
+    GEMM under ``--dynamic`` (K = (s0//16)*(s53//16)) failed with ``NameError: s0`` on a
+    GPU."""
     from torch._inductor import list_mode_options
 
     return {**list_mode_options(mode, dynamic), "triton.cudagraphs": False}

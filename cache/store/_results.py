@@ -273,8 +273,8 @@ class ResultsMixin(EnvironmentsMixin):
 def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
     """Run the PostgreSQL lookup on the driver's cursor directly.
 
-    SQLAlchemy's per-statement machinery costs about 0.1 ms of CPU here, a third
-    of a lookup on the compile-time hot path. Errors still come out as
+    SQLAlchemy's per-statement machinery is a large share of a lookup's CPU
+    time here, on the compile-time hot path. Errors still come out as
     SQLAlchemy's exception classes, and a dead connection is invalidated, as
     conn.execute() would do.
     """
