@@ -114,6 +114,28 @@ def test_the_aliasing_round_trips_through_the_store_and_old_rows_still_read(stor
     assert TuningRequest.from_json(aliased.to_json()) == aliased
 
 
+def test_a_transpose_is_rebuilt_as_one_and_a_slice_as_a_view_of_a_flat_buffer() -> None:
+    """workers/aliasing.py: a member that permutes its buffer's first input is that input
+    permuted (any sizes, symbolic too); another view is ``as_strided`` on one flat buffer."""
+    from autotune.workers.aliasing import groups
+    from autotune.workers.reproduce import one_op_graph
+
+    (transposed,) = groups(_pairwise(0))
+    assert transposed.perms == ((0, 1, 2), (0, 2, 1))
+    left = InputLayout((8, 4), (8, 1), 0, "torch.float32", "cpu")
+    right = InputLayout((4, 4), (8, 1), 4, "torch.float32", "cpu", alias=0)  # x[:4, 4:] of the same x
+    halves = TuningRequest(op="mm", inputs_key="halves", precision="highest", inputs=(left, right))
+    (sliced,) = groups(halves)
+    assert sliced.perms is None
+    graph = one_op_graph(halves, "cpu")
+    assert len(graph.inputs) == 1 and graph.inputs[0].dim() == 1  # one flat buffer holds both
+    torch.testing.assert_close(graph.fn(*graph.inputs), graph.reference())
+    base = graph.inputs[0]
+    rows, halves_of_rows = (torch.stack([base[8 * r + start:8 * r + start + 4] for r in range(count)])
+                            for start, count in ((0, 8), (4, 4)))
+    torch.testing.assert_close(graph.fn(base), rows @ halves_of_rows)  # x[:, :4] @ x[:4, 4:] of x = (8, 8)
+
+
 def test_an_alias_that_names_no_earlier_input_is_refused() -> None:
     """A worker indexes the request's inputs with it: a row pointing forward never reaches one."""
     data = _pairwise(0).to_json()

@@ -15,6 +15,7 @@ import torch
 
 from autotune.cache.records import InputLayout, TuningRequest
 
+from .aliasing import AliasingUnsupported, share_buffers
 from .size_exprs import carry_expressions
 from .symbolic import carry
 
@@ -47,7 +48,8 @@ def make_input(layout: InputLayout, device: str, generator: torch.Generator) -> 
 
 def _extent(layout: InputLayout) -> int:
     """The elements of storage a layout reaches, its offset included."""
-    return layout.offset + 1 + sum((size - 1) * stride for size, stride in zip(layout.sizes, layout.strides) if size > 0)
+    reach = sum((size - 1) * stride for size, stride in zip(layout.sizes, layout.strides) if size > 0)
+    return layout.offset + 1 + reach
 
 
 def _storage(layouts: tuple[InputLayout, ...], device: str, generator: torch.Generator) -> torch.Tensor:
@@ -242,48 +244,22 @@ def graph_config(request: TuningRequest) -> dict[str, Any]:
 
 
 # Ops whose builder takes the request's inputs in its order, one tensor each: those whose
-# aliased inputs can be views of one buffer.
+# aliased inputs can be views of one buffer (workers/aliasing.py).
 ALIASABLE = ("mm", "bmm", "addmm", "baddbmm", "convolution")
 
 
-def _alias_roots(request: TuningRequest) -> list[int]:
-    """Each input's first input of the same buffer (itself where it has its own)."""
-    roots: list[int] = []
-    for index, layout in enumerate(request.inputs):
-        alias = layout.alias
-        roots.append(index if alias is None or not 0 <= alias < index else roots[alias])
-    return roots
-
-
-def _sharing_buffers(graph: OneOpGraph, request: TuningRequest, device: str, gen: torch.Generator) -> OneOpGraph:
-    """``graph`` with the inputs the model read from one buffer made views of one buffer
-    inside the compiled function, so that Inductor sees one buffer read twice, as it did
-    in the model (two graph inputs would be two buffers: another kernel source)."""
-    if request.op not in ALIASABLE or len(graph.inputs) != len(request.inputs):
+def _sharing_buffers(graph: OneOpGraph, request: TuningRequest, device: str,
+                     gen: torch.Generator) -> tuple[OneOpGraph, TuningRequest]:
+    """``graph`` with the inputs the model read from one buffer made views of one buffer, and
+    the request as its inputs see it (for the symbolic carriers)."""
+    if request.op not in ALIASABLE:
         raise UnsupportedRequest(f"{request.op} with inputs that share a buffer has no one-op reproduction")
-    if any(layout.symbolic for layout in request.inputs):
-        raise UnsupportedRequest(f"{request.op} with inputs that share a buffer and symbolic sizes has no one-op "
-                                 "reproduction yet; sweep without --dynamic for it")
-    roots = _alias_roots(request)
-    shared = sorted({root for index, root in enumerate(roots) if root != index})
-    own = [index for index, root in enumerate(roots) if root == index and index not in shared]
-    layouts = request.inputs
-    bases = tuple(_storage(tuple(layouts[i] for i, r in enumerate(roots) if r == root), device, gen)
-                  for root in shared)
-
-    def views(args: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-        by_root = dict(zip(shared, args[len(own):]))
-        mine = dict(zip(own, args[:len(own)]))
-        return [mine[i] if i in mine else torch.as_strided(by_root[roots[i]], layouts[i].sizes, layouts[i].strides,
-                                                           layouts[i].offset) for i in range(len(layouts))]
-
-    inputs = tuple(graph.inputs[i] for i in own) + bases
-    fn = graph.fn
-
-    def shares(*args: torch.Tensor) -> torch.Tensor:
-        return fn(*views(args))
-
-    return OneOpGraph(shares, inputs, lambda: fn(*(t.float() for t in views(tuple(t.float() for t in inputs)))))
+    try:
+        shared = share_buffers(graph.fn, graph.inputs, request, lambda layout: make_input(layout, device, gen),
+                               lambda layouts: _storage(layouts, device, gen))
+    except AliasingUnsupported as exc:
+        raise UnsupportedRequest(f"{request.op} has no one-op reproduction: {exc}") from exc
+    return OneOpGraph(shared.fn, shared.inputs, shared.reference), shared.carried_request or request
 
 
 def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGraph:
@@ -292,8 +268,8 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
         raise UnsupportedRequest(f"op {request.op} has no one-op reproduction")
     generator = torch.Generator().manual_seed(seed)
     graph = builder(request, device, generator)
-    if request.aliases:
-        return _sharing_buffers(graph, request, device, generator)
+    if request.aliases:  # from here on, the request as the shared inputs see it
+        graph, request = _sharing_buffers(graph, request, device, generator)
     if not any(layout.symbolic for layout in request.inputs):
         return graph
     # The carriers hold the builder's tensors' values, so its reference still applies.
