@@ -110,6 +110,14 @@ class Environment:
         return cls(**data)
 
 
+# The ops whose inputs are recorded with their aliasing (``InputLayout.alias``): Inductor's
+# GEMM and convolution lowerings take one tensor per input, so a worker rebuilds shared
+# buffers as views. CPU mkldnn ops (packed_linear, linear_binary, ...) are recorded and
+# reproduced as before: their builders take weights as module parameters, and Inductor's
+# C++ template benchmark fails on a linear_binary whose input and addend are one tensor.
+ALIASED_OPS = ("mm", "bmm", "addmm", "baddbmm", "convolution")
+
+
 @dataclass(frozen=True)
 class InputLayout:
     """One input of a request, as Inductor's inputs_key sees it."""

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from torch._inductor import select_algorithm as sa
 
-from autotune.cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
+from autotune.cache.records import ALIASED_OPS, CandidateResult, InputLayout, TuningRequest, request_variant
 
 from . import pinning, seams
 
@@ -161,11 +161,11 @@ def describe_choice(
     )
 
 
-def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
-    """Layouts exactly as create_inputs_key sees them (same hints, same strides), and which
-    inputs view one buffer (``InputLayout.alias``)."""
+def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputLayout, ...]:
+    """Layouts exactly as create_inputs_key sees them (same hints, same strides), and for the
+    ops of ``ALIASED_OPS`` which inputs view one buffer (``InputLayout.alias``)."""
     layouts = []
-    buffers = [_buffer_name(node) for node in input_nodes]
+    buffers = [_buffer_name(node) if op in ALIASED_OPS else None for node in input_nodes]
     for index, node in enumerate(input_nodes):
         key = sa.AlgorithmSelectorCache.key_of(node)
         ndim = len(node.get_size())
@@ -302,7 +302,7 @@ class Selector(_selector_base()):  # type: ignore[misc]
             op=name,
             inputs_key=inputs_key,
             precision=torch.get_float32_matmul_precision(),
-            inputs=input_layouts(input_nodes),
+            inputs=input_layouts(input_nodes, name),
             params=params,
         )
         exprs = tuple(layout.exprs for layout in observed.inputs)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from autotune.cache.records import InputLayout, TuningRequest
+from autotune.cache.records import ALIASED_OPS, InputLayout, TuningRequest
 
 from .aliasing import AliasingUnsupported, share_buffers
 from .size_exprs import carry_expressions
@@ -243,16 +243,11 @@ def graph_config(request: TuningRequest) -> dict[str, Any]:
     return {"layout_optimization": False}
 
 
-# Ops whose builder takes the request's inputs in its order, one tensor each: those whose
-# aliased inputs can be views of one buffer (workers/aliasing.py).
-ALIASABLE = ("mm", "bmm", "addmm", "baddbmm", "convolution")
-
-
 def _sharing_buffers(graph: OneOpGraph, request: TuningRequest, device: str,
                      gen: torch.Generator) -> tuple[OneOpGraph, TuningRequest]:
     """``graph`` with the inputs the model read from one buffer made views of one buffer, and
     the request as its inputs see it (for the symbolic carriers)."""
-    if request.op not in ALIASABLE:
+    if request.op not in ALIASED_OPS:  # a row from elsewhere: capture records no other op's aliasing
         raise UnsupportedRequest(f"{request.op} with inputs that share a buffer has no one-op reproduction")
     try:
         shared = share_buffers(graph.fn, graph.inputs, request, lambda layout: make_input(layout, device, gen),
