@@ -2,11 +2,11 @@
 
 Two requests are neighbours when only their sizes differ: the same op and matmul
 precision, and input by input the same device, dtype, number of dimensions, stride
-order (the layout: row- or column-major, channels-last) and whether the view starts
-at offset 0. Their distance is the sum over every dimension of |log2(size / size')|,
-so a batch of 12 is nearer to 8 than to 32. A stored result is served only if no
-dimension is more than ``MAX_RATIO`` times larger or smaller: beyond that a tiling
-chosen for one shape says little about the other. Ties go to the larger shape
+order (the layout: row- or column-major, channels-last), whether the view starts at
+offset 0 and which earlier input's buffer it views, if any. Their distance is the sum
+over every dimension of |log2(size / size')|, so a batch of 12 is nearer to 8 than to
+32. A stored result is served only if no dimension is more than ``MAX_RATIO`` times
+larger or smaller: beyond that a tiling chosen for one shape says little about the other. Ties go to the larger shape
 (its tiles fit the smaller problem at worst with idle lanes; the other way round
 they may run out of shared memory).
 
@@ -40,7 +40,7 @@ def _stride_order(layout: InputLayout) -> tuple[int, ...]:
 
 def signature(request: TuningRequest) -> tuple[Any, ...]:
     """What must be equal for two requests to be neighbours: everything but sizes."""
-    inputs = tuple((i.device, i.dtype, len(i.sizes), _stride_order(i), i.offset == 0) for i in request.inputs)
+    inputs = tuple((i.device, i.dtype, len(i.sizes), _stride_order(i), i.offset == 0, i.alias) for i in request.inputs)
     return (request.op, request.precision, inputs)
 
 

@@ -9,8 +9,9 @@ the cold compile loaded first); ``floor`` (default mode + Mega-cache + caching_p
 from ``default-precompile``'s save: what a compile costs when everything is cached).
 
 A scenario records its first call (setup, compile and the first call or training step,
-synchronized), the median latency, the summed GPU kernel time (``--kernel-profile``), and
-every benchmark Inductor ran at the first call. A model file that defines ``train_step`` is a
+synchronized), the median latency, the summed GPU kernel time (``--kernel-profile``),
+every benchmark Inductor ran at the first call, and with ``--deviation`` how far the first
+call's output is from eager's (``benchmarks/deviation.py``). A model file that defines ``train_step`` is a
 training step (``examples/lm_train.py``). The parent never imports torch.
 
     python -m benchmarks.compile_time --models resnet --kernel-profile --out $OUT
@@ -40,7 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from benchmarks import harness
+from benchmarks import deviation, harness
 from benchmarks.harness import fmt, ratio
 
 log = logging.getLogger("compile_time")
@@ -200,6 +201,8 @@ class Prepared:
     train_step: Callable[..., Any] | None = None
     optimizer: Any = None
     second_inputs: tuple[Any, ...] | None = None  # --dynamic auto: the inputs at twice the batch size
+    # The model and inputs built again, as the first call had them (--deviation's eager reference).
+    rebuild: Callable[[], tuple[Any, tuple[Any, ...]]] | None = None
 
 
 def _prepare(path: str, batch_size: int | None, device: str, dynamic: str | None) -> Prepared:
@@ -218,15 +221,19 @@ def _prepare(path: str, batch_size: int | None, device: str, dynamic: str | None
         module, inputs = file_module.example(batch) if batch is not None else file_module.example()
         return module, tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
 
+    def rebuild() -> tuple[Any, tuple[Any, ...]]:
+        fresh, fresh_inputs = example(batch_size)
+        return fresh.to(device), fresh_inputs
+
     module, inputs = example(batch_size)
     second = example(2 * batch_size)[1] if dynamic == "auto" and batch_size else None
     train_step = getattr(file_module, "train_step", None)
     if not callable(train_step):
-        return Prepared(module.to(device).eval(), inputs, second_inputs=second)
+        return Prepared(module.to(device).eval(), inputs, second_inputs=second, rebuild=rebuild)
     module = module.to(device).train()
     make = getattr(file_module, "make_optimizer", None)
     optimizer = make(module) if callable(make) else torch.optim.AdamW(module.parameters())
-    return Prepared(module, inputs, train_step, optimizer, second)
+    return Prepared(module, inputs, train_step, optimizer, second, rebuild)
 
 
 def _torch_compile(fn: Any, mode: str, dynamic: str | None = None) -> Any:
@@ -362,10 +369,12 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
                 mark_step()  # max-autotune replays CUDA graphs: each call is a new step
             return work(inputs)
 
-        call()
+        output = call()
         sync()
         result.update(first_call_s=time.perf_counter() - start, setup_s=setup_s, bench=_benchmarks(counter),
                       compile_phases=_compile_metrics()[0])
+        first_output = deviation.snapshot(output) if args.deviation else None
+        del output
         first_bench = result["bench"]
         if prepared.second_inputs is not None:
             result["recompile"] = _second_call(call, prepared.second_inputs, sync, counter, handle)
@@ -375,6 +384,9 @@ def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: Ben
         result.update(_latency(call, sync, cuda, args.runs, args.warmup))
         if args.kernel_profile and cuda:
             result.update(_kernel_profile(call, sync))
+        if first_output is not None and prepared.rebuild is not None:
+            result["deviation"] = deviation.against_eager(first_output, prepared.rebuild,
+                                                          train=prepared.train_step is not None)
     result.update(status="ok", runs=args.runs, bench_after_first_call=_minus(_benchmarks(counter), first_bench),
                   cudagraph_skips=int(_counters("inductor")["cudagraph_skips"]))
     if handle is not None:
@@ -461,6 +473,7 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, l
         if getattr(args, option, None) is not None:
             cmd += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
     cmd += ["--kernel-profile"] if args.kernel_profile else []
+    cmd += ["--deviation"] if getattr(args, "deviation", False) else []
     env = {**harness.child_env(run.tmp / scenario, run.cache_url if scenario in WARM else None), **extra_env}
     done = harness.run(cmd, env, args.timeout, log_path)
     payload = harness.marker_payload(done.stdout)
@@ -701,6 +714,7 @@ def _child_parser() -> argparse.ArgumentParser:
         parser.add_argument(name, type=kind, default=None)
     parser.add_argument("--optimizer-step", default="compiled")
     parser.add_argument("--kernel-profile", action="store_true")
+    parser.add_argument("--deviation", action="store_true", help="the first call's output against eager's")
     parser.add_argument("--precompile", action="store_true", help="torch._dynamo.config.caching_precompile")
     return parser
 

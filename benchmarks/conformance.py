@@ -7,7 +7,9 @@ each step runs in fresh processes with fresh compile caches (``compile_time``'s 
 is: requests found, tuned, failed, ``key_mismatch``); per dynamic mode (``static``, ``auto``:
 torch's default, recompiled at 2B, ``dynamic``: dynamic=True) ``warm`` (the hook's hits,
 misses and benchmarks), and with ``--baselines`` ``default`` and ``cold`` max-autotune (the
-ratios warm/default first call and warm/cold latency: summed GPU kernel time on CUDA).
+ratios warm/default first call and warm/cold latency: summed GPU kernel time on CUDA). Each
+of these compiles also reports its output's deviation from eager (max |compiled - eager| /
+max |eager|; a training step's loss), ``benchmarks/deviation.py``.
 
 The run goes to ``<out>/conformance.json`` (one run per GPU or ``cpu``) after every step; a
 re-run with the same ``--out`` skips what is there, so several 10-minute device calls build one
@@ -298,7 +300,7 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
     stub = zoo.write_stub(step.model, step.mode, tmp)  # not in --out: the device tool brings back 8 files
     model_run = ct.ModelRun(step.model, str(stub), [step.kind], tmp, f"sqlite:///{cache}", train=step.mode == "train")
     options = argparse.Namespace(timeout=timeout, runs=run.args.runs, warmup=run.args.warmup, optimizer_step="compiled",
-                                 batch_size=batch, kernel_profile=run.device == "cuda",
+                                 batch_size=batch, kernel_profile=run.device == "cuda", deviation=True,
                                  dynamic=DYNAMICS.get(step.dynamic or ""), sweep_arg=None)
     log_path = (Path(run.args.log_dir) / f"{run.label}-{step.model}-{step.mode}-{step.key.replace('/', '-')}.log"
                 if run.args.log_dir else None)
@@ -468,7 +470,15 @@ def _row(entry: dict[str, Any], model: str, mode: str, dynamic: str, group: dict
         "first_ratio": harness.ratio((_ok(warm) or {}).get("first_call_s"), (_ok(default) or {}).get("first_call_s")),
         "latency_ratio": latency, "latency_basis": latency_basis if latency is not None else None,
         "default_basis": default_basis, "cold_basis": cold_basis, "recompile": recompile or None,
+        "deviation": {kind: _deviation(r) for kind, r in (("default", default), ("cold", cold), ("warm", warm))},
+        "deviation_random": any(((r or {}).get("deviation") or {}).get("random") for r in parts),
     }
+
+
+def _deviation(result: dict[str, Any] | None) -> float | None:
+    """A compile's output deviation from eager (benchmarks/deviation.py), None where not measured."""
+    value = ((_ok(result) or {}).get("deviation") or {}).get("relative")
+    return value if isinstance(value, (int, float)) else None
 
 
 def _row_status(sweep: dict[str, Any] | None, warm: dict[str, Any] | None, parts: list[dict[str, Any]]) -> str:
@@ -565,14 +575,20 @@ def _ratio_cell(value: float | None, basis: str | None, dynamic: str) -> str:
     return fmt(value, ".2f") + (" (vs static)" if value is not None and basis and basis != dynamic else "")
 
 
+def _percent(value: float | None, random: bool) -> str:
+    return "-" if value is None else f"{value:.2%}" + (" *" if random else "")
+
+
 def _row_cells(r: dict[str, Any]) -> list[Any]:
     if r["status"] == "unavailable":
-        return [r["model"], r.get("library"), "-", "-", "unavailable"] + ["-"] * 6 + [r.get("error")]
+        return [r["model"], r.get("library"), "-", "-", "unavailable"] + ["-"] * 9 + [r.get("error")]
     hits = "-" if r["hits"] is None else f"{r['hits']}/{r['misses']}"
     return [r["model"], r["library"], r["mode"], r["dynamic"], r["status"], f"{fmt(r['tuned'], 'd')}/{fmt(r['found'], 'd')}",
             fmt(r["key_mismatch"], "d"), hits, ct.bench_cell(r["benchmarks"]),
             _ratio_cell(r["first_ratio"], r["default_basis"], r["dynamic"]),
-            _ratio_cell(r["latency_ratio"], r["cold_basis"], r["dynamic"]), _notes(r)]
+            _ratio_cell(r["latency_ratio"], r["cold_basis"], r["dynamic"]),
+            *(_percent(r["deviation"][kind], r["deviation_random"]) for kind in ("default", "cold", "warm")),
+            _notes(r)]
 
 
 def render(report: dict[str, Any]) -> list[str]:
@@ -580,13 +596,16 @@ def render(report: dict[str, Any]) -> list[str]:
     libraries = ", ".join(f"{name} {version or '-'}" for name, version in report.get("libraries", {}).items())
     verdicts = {True: "met", False: "NOT met", None: "n/a"}
     table = rows(report)
-    lines = [f"Libraries: {libraries}. A ratio against another dynamic mode's baseline is marked and not judged.", ""]
+    lines = [f"Libraries: {libraries}. A ratio against another dynamic mode's baseline is marked and not judged. "
+             "Deviation: max |compiled - eager| / max |eager| of the first call's output (of a training step, its "
+             "loss); * a training step that draws random numbers (dropout), which compiled code draws otherwise.",
+             ""]
     lines += harness.table(["goal", "mode", "value", "verdict", "failing rows"],
                            [[g["goal"], g["scope"], g["text"], verdicts[g["met"]], ", ".join(g["failing"]) or "-"]
                             for g in goals(table)])
     lines += [""] + harness.table(["model", "lib", "mode", "dynamic", "status", "tuned/found", "key_mismatch",
                                    "hits/misses", "bench gemm/pw/cd", "warm/default 1st call", "warm/cold latency",
-                                   "notes"], [_row_cells(r) for r in table])
+                                   "dev default", "dev cold", "dev warm", "notes"], [_row_cells(r) for r in table])
     skipped = [f"- {model} {mode} {key}: {result.get('reason')}" for model, mode, group in _steps(report)
                for key, result in group["steps"].items() if result.get("status") == "skipped"]
     return lines + ([""] + skipped if skipped else [])

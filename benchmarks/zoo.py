@@ -4,7 +4,7 @@ the models themselves are built by ``examples/zoo.py``. A model whose library is
 installed is reported ``unavailable``.
 
 ``write_stub(name, mode, directory)`` writes one entry as a model file for ``autotune sweep``
-and the compile-time children: ``infer`` (eval, bf16 on CUDA; on a CPU fp32 with freezing on,
+and the compile-time children: ``infer`` (eval, bf16 on CUDA, or the entry's dtype; on a CPU fp32 with freezing on,
 which gives CPU GEMMs C++ template candidates) or ``train`` (a training step). On a CPU every
 entry is a tiny configuration of its architecture; ``ci=True`` marks the subset CI runs.
 
@@ -69,6 +69,10 @@ _ENTRIES = (
     Entry("gpt2", "transformers", "GPT-2 small, sequence 512, logits", 8, 2, dynamic_dims=TOKEN_DIMS),
     Entry("unet", "torch", "UNet-style encoder-decoder, hand-written, 256x256, channels_last", 8, 2),
     Entry("mlp_mixer", "torch", "MLP-Mixer-S/16, hand-written: token mixing on transposed activations", 16, 2, ci=True),
+    Entry("dlrm", "torch", "DLRM-style recommender, hand-written: 26 embedding bags, pairwise bmm(t, t^T), odd-width "
+          "MLPs, fp16", 2048, 4, dynamic_dims={0: (0,), 1: (0,)}),
+    Entry("moe", "torch", "Mixture-of-experts layer, hand-written: 8 experts, top-2 routing, capacity 1.25, bmm "
+          "experts, seq 512, bf16", 8, 2, dynamic_dims=BATCH_DIMS),
     Entry("timm_regnety_016", "timm", "timm regnety_016 (grouped convs, squeeze-excite), 224x224", 16, 2),
     Entry("timm_maxvit_tiny", "timm", "timm maxvit_tiny_rw_224 (MBConv + block/grid attention), 224x224", 8, 2),
 )

@@ -110,6 +110,14 @@ class Environment:
         return cls(**data)
 
 
+# The ops whose inputs are recorded with their aliasing (``InputLayout.alias``): Inductor's
+# GEMM and convolution lowerings take one tensor per input, so a worker rebuilds shared
+# buffers as views. CPU mkldnn ops (packed_linear, linear_binary, ...) are recorded and
+# reproduced as before: their builders take weights as module parameters, and Inductor's
+# C++ template benchmark fails on a linear_binary whose input and addend are one tensor.
+ALIASED_OPS = ("mm", "bmm", "addmm", "baddbmm", "convolution")
+
+
 @dataclass(frozen=True)
 class InputLayout:
     """One input of a request, as Inductor's inputs_key sees it."""
@@ -126,6 +134,11 @@ class InputLayout:
     # "16*s77"): Inductor writes them into kernel source, so a worker reproduces them exactly.
     # Empty for inputs recorded before expressions were.
     exprs: tuple[str, ...] = ()
+    # The position of the first earlier input of the request that is a view of the same
+    # buffer (a tensor and its own transpose, or the same tensor twice), None for an input
+    # with a buffer of its own. Inductor passes one buffer to the kernel then, so its source
+    # differs from that of two separate tensors of the same layouts.
+    alias: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -139,6 +152,8 @@ class InputLayout:
             data["symbolic"] = list(self.symbolic)
         if self.exprs:
             data["exprs"] = list(self.exprs)
+        if self.alias is not None:  # absent where the input has its own buffer: older rows stay equal
+            data["alias"] = self.alias
         return data
 
     @classmethod
@@ -151,6 +166,7 @@ class InputLayout:
             device=str(data["device"]),
             symbolic=tuple(int(d) for d in data.get("symbolic", ())),
             exprs=tuple(str(e) for e in data.get("exprs", ())),
+            alias=None if data.get("alias") is None else int(data["alias"]),
         )
 
 
@@ -192,6 +208,9 @@ class TuningRequest:
         variant = request_variant(self.params)
         if variant:  # absent for a plain GEMM: its key stays as it was
             base += ("variant", variant)
+        aliases = self.aliases
+        if aliases:  # inputs_key is the same for one buffer viewed twice and two buffers; the kernels differ
+            base += ("aliases", aliases)
         symbolic = tuple(i.symbolic for i in self.inputs)
         if not any(symbolic):
             return digest(*base)
@@ -204,6 +223,12 @@ class TuningRequest:
         # Two graphs can ask with the same hints but other expressions (M = s0*s1 or 32*s0):
         # their kernels differ, so they are different requests.
         return digest(*base, "symbolic", symbolic, exprs)
+
+    @property
+    def aliases(self) -> tuple[int | None, ...]:
+        """Each input's ``alias``, or () where every input has a buffer of its own."""
+        aliases = tuple(i.alias for i in self.inputs)
+        return aliases if any(a is not None for a in aliases) else ()
 
     def to_json(self) -> dict[str, Any]:
         return {

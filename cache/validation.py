@@ -41,6 +41,7 @@ LAYOUT: Spec = {
     "device": (_STR, True),
     "symbolic": ((list,), False),
     "exprs": ((list,), False),
+    "alias": ((int, NULL), False),
 }
 CANDIDATE: Spec = {
     "choice_hash": (_STR, True),
@@ -107,6 +108,9 @@ def check_request(request: Any, where: str = "request") -> None:
                 raise ValueError(f"{where}.inputs[{i}].{name} must be a list of integers")
         if not all(isinstance(e, str) for e in layout.get("exprs", ())):
             raise ValueError(f"{where}.inputs[{i}].exprs must be a list of strings")
+        alias = layout.get("alias")
+        if alias is not None and not 0 <= alias < i:  # a worker indexes the request's inputs with it
+            raise ValueError(f"{where}.inputs[{i}].alias must name an earlier input (0 to {i - 1}), got {alias}")
     if not all(isinstance(h, str) for h in request.get("choice_hashes", [])):
         raise ValueError(f"{where}.choice_hashes must be a list of strings")
 

@@ -1,13 +1,15 @@
 """A zoo of public architectures, randomly initialised (nothing is downloaded): torchvision
 ResNet-50, MobileNetV3-Large, EfficientNet-B0, ConvNeXt-T, Swin-T and ViT-B/16; transformers
-BERT-base, T5-small, a Llama-style decoder, the Whisper-base encoder and GPT-2 small; a UNet
-and an MLP-Mixer-S/16 in plain torch; timm regnety_016 and maxvit_tiny_rw_224.
+BERT-base, T5-small, a Llama-style decoder, the Whisper-base encoder and GPT-2 small; a UNet,
+an MLP-Mixer-S/16, a DLRM-style recommender and a mixture-of-experts layer in plain torch;
+timm regnety_016 and maxvit_tiny_rw_224.
 
 Each builder returns the bare network and a function of the batch size that makes its
 inputs, at full size on CUDA and tiny on a CPU. ``example(name, mode, batch_size)`` turns
 one into what a model file returns: for ``infer`` the network in eval mode, bf16 on CUDA
-(fp32 on a CPU); for ``train`` the network wrapped in ``TrainLoss`` (fp32 parameters, bf16
-autocast inside ``forward`` on CUDA, the loss inside the module), with ``make_optimizer``
+(fp16 for the recommender; fp32 on a CPU); for ``train`` the network wrapped in ``TrainLoss``
+(fp32 parameters, autocast to that dtype inside ``forward`` on CUDA, the loss inside the
+module), with ``make_optimizer``
 and ``train_step`` as ``examples/lm_train.py`` defines them. torchvision, transformers and
 timm are imported inside their builders.
 
@@ -24,6 +26,7 @@ from typing import Any, Callable
 import torch
 import torch._inductor.config
 from torch import nn
+from torch.nn import functional as F
 
 Inputs = tuple[torch.Tensor, ...]
 LEARNING_RATE = 1e-4
@@ -34,6 +37,7 @@ class Built:
     net: nn.Module
     inputs: Callable[[int], Inputs]  # batch size -> inputs, fp32/int64 on the CPU
     channels_last: bool = False  # convolutional nets: the layout cuDNN and Inductor's conv templates prefer
+    dtype: torch.dtype = torch.bfloat16  # on CUDA: inference's weights and activations, training's autocast
 
 
 def configure(mode: str) -> None:
@@ -105,6 +109,74 @@ class UNet(nn.Module):
         return self.head(x)
 
 
+def _mlp(widths: tuple[int, ...], last_relu: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(cin, cout))
+        if last_relu or i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    """A DLRM-style recommender (Naumov et al. 2019): a bottom MLP over the dense features,
+    one embedding bag (summed) per sparse feature, the pairwise dot products of all these
+    vectors as one batched matmul of a tensor with its own transpose, and a top MLP."""
+
+    def __init__(self, dense: int, bottom: tuple[int, ...], top: tuple[int, ...], tables: int, rows: int,
+                 dim: int) -> None:
+        super().__init__()
+        self.bottom = _mlp((dense, *bottom, dim), last_relu=True)
+        self.embeddings = nn.ModuleList(nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables))
+        vectors = tables + 1
+        pairs = torch.tril_indices(vectors, vectors, offset=-1)
+        self.register_buffer("pairs", pairs, persistent=False)
+        self.top = _mlp((dim + pairs.shape[1], *top, 1), last_relu=False)
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:  # sparse: (batch, tables, bag)
+        x = self.bottom(dense)
+        t = torch.stack([x] + [bag(sparse[:, i]) for i, bag in enumerate(self.embeddings)], dim=1)
+        # Both inputs are views of one buffer: Inductor's kernel reads it once.
+        z = torch.bmm(t, t.transpose(1, 2))
+        return self.top(torch.cat([x, z[:, self.pairs[0], self.pairs[1]]], dim=1))
+
+
+class MoE(nn.Module):
+    """A mixture-of-experts layer (Switch/GShard style): top-k routing, fixed-capacity
+    dispatch (a token past its expert's capacity is dropped for that expert) and the expert
+    MLPs as batched matmuls over (experts, capacity, dim), with a pre-norm and a residual.
+    The capacity follows from the token count in integers, so it stays a size expression
+    under a dynamic batch."""
+
+    def __init__(self, dim: int, hidden: int, experts: int, k: int, capacity_factor: tuple[int, int]) -> None:
+        super().__init__()
+        self.experts, self.k, self.factor = experts, k, capacity_factor
+        self.norm = nn.LayerNorm(dim)
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, dim, hidden) / dim**0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) / hidden**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, dim)
+        tokens = self.norm(x).flatten(0, 1)
+        n, dim = tokens.shape
+        numerator, denominator = self.factor
+        capacity = (n * self.k * numerator + self.experts * denominator - 1) // (self.experts * denominator)
+        gate, expert = self.router(tokens).softmax(-1).topk(self.k, dim=-1)  # (n, k)
+        gate = gate / gate.sum(-1, keepdim=True)
+        # Slot-major: every token's first choice is placed before any second choice.
+        flat_expert, flat_gate = expert.t().reshape(-1), gate.t().reshape(-1)
+        onehot = F.one_hot(flat_expert, self.experts)
+        position = (onehot.cumsum(0) * onehot).sum(-1) - 1
+        keep = (position < capacity).to(tokens.dtype)
+        slot = flat_expert * capacity + position.clamp(max=capacity - 1)
+        source = torch.arange(n, device=x.device).repeat(self.k)
+        dispatched = tokens.new_zeros(self.experts * capacity, dim).index_add(0, slot, tokens[source] * keep[:, None])
+        hidden = F.gelu(torch.bmm(dispatched.view(self.experts, capacity, dim), self.w1))
+        out = torch.bmm(hidden, self.w2).reshape(-1, dim)
+        combined = tokens.new_zeros(n, dim).index_add(0, source, out[slot] * (flat_gate * keep)[:, None])
+        return x + combined.view_as(x)
+
+
 def _images(size: int) -> Callable[[int], Inputs]:
     return lambda batch: (torch.randn(batch, 3, size, size),)
 
@@ -117,6 +189,31 @@ def build_mlp_mixer(small: bool) -> Built:
     if small:  # one block whose four Linear layers share one shape; no head
         return Built(MLPMixer(16, 4, 16, 16, 16, depth=1, classes=0), _images(16))
     return Built(MLPMixer(224, 16, 512, 256, 2048, depth=8, classes=1000), _images(224))
+
+
+def build_dlrm(small: bool) -> Built:
+    """Odd MLP widths (a GEMM whose sizes are no multiple of the tile), 26 sparse features of
+    bags of 4 indices and 13 dense features, as the Criteo set has; fp16 on CUDA."""
+    if small:
+        dense, tables, rows, dim, bag, bottom, top = 13, 4, 50, 8, 2, (15,), (9,)
+    else:
+        dense, tables, rows, dim, bag, bottom, top = 13, 26, 20000, 64, 4, (509, 253), (511, 255)
+    net = DLRM(dense, bottom, top, tables, rows, dim)
+
+    def inputs(batch: int) -> Inputs:
+        return torch.randn(batch, dense), torch.randint(0, rows, (batch, tables, bag))
+
+    return Built(net, inputs, dtype=torch.float16)
+
+
+def build_moe(small: bool) -> Built:
+    """8 experts, top-2, capacity factor 1.25, on (batch, 512, 1024) tokens; bf16 on CUDA."""
+    if small:
+        dim, hidden, experts, seq = 16, 24, 4, 8
+    else:
+        dim, hidden, experts, seq = 1024, 2816, 8, 512
+    net = MoE(dim, hidden, experts, k=2, capacity_factor=(5, 4))
+    return Built(net, lambda batch: (torch.randn(batch, seq, dim),))
 
 
 def build_unet(small: bool) -> Built:
@@ -232,6 +329,8 @@ BUILDERS: dict[str, Callable[[bool], Built]] = {
     "gpt2": build_gpt2,
     "unet": build_unet,
     "mlp_mixer": build_mlp_mixer,
+    "dlrm": build_dlrm,
+    "moe": build_moe,
     "timm_regnety_016": _timm("regnety_016"),
     "timm_maxvit_tiny": _timm("maxvit_tiny_rw_224", small_image=224),  # its 7x7 windows need 224
 }
@@ -241,17 +340,17 @@ BUILDERS: dict[str, Callable[[bool], Built]] = {
 
 
 class TrainLoss(nn.Module):
-    """The network and a loss, for one training step: fp32 parameters, bf16 autocast
-    inside ``forward`` on CUDA (so ``autotune sweep --train``, which calls the module
-    bare, sees the same GEMMs as training), and the mean square of the output as the
-    loss: every output element gets a gradient, with no per-model targets to shape."""
+    """The network and a loss, for one training step: fp32 parameters, autocast (bf16, or
+    the model's dtype) inside ``forward`` on CUDA (so ``autotune sweep --train``, which calls
+    the module bare, sees the same GEMMs as training), and the mean square of the output as
+    the loss: every output element gets a gradient, with no per-model targets to shape."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
         super().__init__()
-        self.net = net
+        self.net, self.dtype = net, dtype
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=inputs[0].device.type, dtype=torch.bfloat16, enabled=inputs[0].is_cuda):
+        with torch.autocast(device_type=inputs[0].device.type, dtype=self.dtype, enabled=inputs[0].is_cuda):
             out = self.net(*inputs)
         return out.float().square().mean()
 
@@ -262,14 +361,14 @@ def example(name: str, mode: str, batch_size: int) -> tuple[nn.Module, Inputs]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     built = BUILDERS[name](device == "cpu")
     inputs = built.inputs(batch_size)
-    # bf16 weights and activations for inference on CUDA; training keeps fp32 parameters.
-    dtype = torch.bfloat16 if device == "cuda" and mode == "infer" else torch.float32
+    # The model's dtype (bf16 but for fp16 ones) for inference on CUDA; training keeps fp32 parameters.
+    dtype = built.dtype if device == "cuda" and mode == "infer" else torch.float32
     layout = torch.channels_last if built.channels_last else torch.contiguous_format
     net = built.net.to(device=device, dtype=dtype, memory_format=layout)
     inputs = tuple(_place(x, device, dtype, layout) for x in inputs)
     if mode == "infer":
         return net.eval(), inputs
-    return TrainLoss(net).train(), inputs
+    return TrainLoss(net, built.dtype).train(), inputs
 
 
 def _place(x: torch.Tensor, device: str, dtype: torch.dtype, layout: torch.memory_format) -> torch.Tensor:

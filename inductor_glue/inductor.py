@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 from torch._inductor import select_algorithm as sa
 
-from autotune.cache.records import CandidateResult, InputLayout, TuningRequest, request_variant
+from autotune.cache.records import ALIASED_OPS, CandidateResult, InputLayout, TuningRequest, request_variant
 
 from . import pinning, seams
 
@@ -161,10 +161,12 @@ def describe_choice(
     )
 
 
-def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
-    """Layouts exactly as create_inputs_key sees them (same hints, same strides)."""
+def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputLayout, ...]:
+    """Layouts exactly as create_inputs_key sees them (same hints, same strides), and for the
+    ops of ``ALIASED_OPS`` which inputs view one buffer (``InputLayout.alias``)."""
     layouts = []
-    for node in input_nodes:
+    buffers = [_buffer_name(node) if op in ALIASED_OPS else None for node in input_nodes]
+    for index, node in enumerate(input_nodes):
         key = sa.AlgorithmSelectorCache.key_of(node)
         ndim = len(node.get_size())
         symbolic = _symbolic_dims(node)
@@ -177,9 +179,28 @@ def input_layouts(input_nodes: list[Any]) -> tuple[InputLayout, ...]:
                 offset=int(key[2 + 2 * ndim]),
                 symbolic=symbolic,
                 exprs=tuple(str(node.get_size()[d]) for d in symbolic),
+                alias=_first_alias(buffers, index),
             )
         )
     return tuple(layouts)
+
+
+def _buffer_name(node: Any) -> str | None:
+    """The buffer an input reads: a view (``ReinterpretView``) names its base's, as the kernel
+    arguments Inductor de-duplicates by it do. None where the node has no buffer yet."""
+    try:
+        name = node.get_name()
+    except Exception:  # an unrealized node has no name; it is nobody's alias
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _first_alias(buffers: list[str | None], index: int) -> int | None:
+    name = buffers[index]
+    if name is None:
+        return None
+    first = buffers.index(name)
+    return first if first < index else None
 
 
 def _symbolic_dims(node: Any) -> tuple[int, ...]:
@@ -281,7 +302,7 @@ class Selector(_selector_base()):  # type: ignore[misc]
             op=name,
             inputs_key=inputs_key,
             precision=torch.get_float32_matmul_precision(),
-            inputs=input_layouts(input_nodes),
+            inputs=input_layouts(input_nodes, name),
             params=params,
         )
         exprs = tuple(layout.exprs for layout in observed.inputs)

@@ -193,9 +193,10 @@ def test_rows_and_goals(conf: ModuleType) -> None:
         "sweep": {"status": "error", "error": "sweep exited 1", "found": 6, "tuned": 5, "failed": 1,
                   "statuses": {"ok": 5, "key_mismatch": 1}},
         "warm/static": {"status": "ok", "first_call_s": 8.0, "kernel_us_per_call": 1010.0, "bench": zero,
-                        "hook": {"hits": 3, "misses": 0, "errors": 0}},
-        "default/static": {"status": "ok", "first_call_s": 10.0},
-        "cold/static": {"status": "ok", "first_call_s": 50.0, "kernel_us_per_call": 1000.0},
+                        "hook": {"hits": 3, "misses": 0, "errors": 0}, "deviation": {"relative": 0.25}},
+        "default/static": {"status": "ok", "first_call_s": 10.0, "deviation": {"relative": 0.008}},
+        "cold/static": {"status": "ok", "first_call_s": 50.0, "kernel_us_per_call": 1000.0,
+                        "deviation": {"relative": 0.008}},
         "warm/auto": {"status": "ok", "first_call_s": 9.0, "kernel_us_per_call": 1500.0, "bench": zero,
                       "hook": {"hits": 3, "misses": 2, "errors": 0},
                       "recompile": {"seconds": 4.0, "graphs": 1, "bench": {**zero, "gemm_autotune": 2},
@@ -209,6 +210,7 @@ def test_rows_and_goals(conf: ModuleType) -> None:
     static, auto = table[("resnet50", "static")], table[("resnet50", "auto")]
     assert static["status"] == "error" and static["key_mismatch"] == 1 and static["first_ratio"] == 0.8
     assert static["latency_ratio"] == pytest.approx(1.01)
+    assert static["deviation"] == {"default": 0.008, "cold": 0.008, "warm": 0.25}  # each compile's, from eager
     assert conf.ct.benchmark_total(auto["benchmarks"]) == 2 and auto["cold_basis"] == "static"
     assert table[("timm_maxvit_tiny", "-")]["status"] == "unavailable"
     by_goal = {(g["goal"], g["scope"]): g for g in conf.goals(conf.rows(report))}
@@ -216,6 +218,7 @@ def test_rows_and_goals(conf: ModuleType) -> None:
     assert by_goal[("100% of requests hit at warm start", "auto")]["failing"] == []  # an error row is not judged
     text = "\n".join(conf.render(report))
     assert "| resnet50 | torchvision | infer | auto |" in text and "(vs static)" in text
+    assert "| 0.80% | 0.80% | 25.00% |" in text
     assert "| timm_maxvit_tiny | timm | - | - | unavailable |" in text and "timm is not installed" in text
     assert "NOT met" in text
 
@@ -257,6 +260,7 @@ def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
         assert static["found"] > 0 and static["key_mismatch"] == 0 and static["failed"] == 0
         assert static["hits"] > 0 and static["misses"] == 0, static  # every request hit...
         assert conf.ct.benchmark_total(static["benchmarks"]) == 0, static  # ...and nothing was benchmarked
+        assert static["deviation"]["warm"] is not None and static["deviation"]["warm"] < 1e-3, static
     text = (out / "conformance.md").read_text()
     assert "| goal |" in text and f"| {conf.zoo.CPU_SUBSET[0]} | torch | infer | static |" in text
 
@@ -598,3 +602,21 @@ def test_a_fresh_folder_starts_from_the_seed_table(conf: ModuleType, tmp_path: P
         conf._load_report(tmp_path / "none.json", False, info, tmp_path / "missing.json")
     with pytest.raises(conf.BadInput, match="taken with gpu .*pass --seed the table of this machine"):
         conf._load_report(tmp_path / "none.json", False, {**info, "gpu": "NVIDIA H200"}, table)
+
+
+def test_deviation_from_eager_is_the_largest_difference_over_the_largest_value() -> None:
+    """benchmarks/deviation.py: what a zoo row's deviation columns show."""
+    import torch
+
+    from benchmarks import deviation
+
+    eager = [torch.tensor([[1.0, -4.0], [2.0, 0.5]])]
+    compiled = [torch.tensor([[1.0, -3.0], [2.0, 0.5]], dtype=torch.bfloat16)]
+    assert deviation.compare(compiled, eager) == {"max_abs_diff": 1.0, "eager_max_abs": 4.0, "relative": 0.25}
+    assert "differ in shape" in deviation.compare([torch.zeros(3)], [torch.zeros(2)])["error"]
+    assert deviation.draws_random(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    assert not deviation.draws_random(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+    model = torch.nn.Linear(2, 2)
+    result = deviation.against_eager(deviation.snapshot(model(torch.ones(1, 2)).detach()),
+                                     lambda: (model, (torch.ones(1, 2),)), train=False)
+    assert result["relative"] == 0.0 and result["of"] == "output" and result["random"] is False

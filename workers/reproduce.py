@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 import torch
 
-from autotune.cache.records import InputLayout, TuningRequest
+from autotune.cache.records import ALIASED_OPS, InputLayout, TuningRequest
 
+from .aliasing import AliasingUnsupported, share_buffers
 from .size_exprs import carry_expressions
 from .symbolic import carry
 
@@ -42,14 +43,23 @@ def _dtype(name: str) -> torch.dtype:
 
 def make_input(layout: InputLayout, device: str, generator: torch.Generator) -> torch.Tensor:
     """A tensor with exactly the recorded sizes, strides, offset and dtype."""
-    dtype = _dtype(layout.dtype)
-    span = 1 + sum((size - 1) * stride for size, stride in zip(layout.sizes, layout.strides) if size > 0)
-    numel = layout.offset + span
+    return _storage((layout,), device, generator).as_strided(layout.sizes, layout.strides, layout.offset)
+
+
+def _extent(layout: InputLayout) -> int:
+    """The elements of storage a layout reaches, its offset included."""
+    reach = sum((size - 1) * stride for size, stride in zip(layout.sizes, layout.strides) if size > 0)
+    return layout.offset + 1 + reach
+
+
+def _storage(layouts: tuple[InputLayout, ...], device: str, generator: torch.Generator) -> torch.Tensor:
+    """One flat buffer of random values that every layout of ``layouts`` fits in."""
+    dtype, numel = _dtype(layouts[0].dtype), max(_extent(layout) for layout in layouts)
     if dtype.is_floating_point:
         storage = torch.randn(numel, generator=generator, dtype=torch.float32).to(dtype)
     else:
         storage = torch.randint(-8, 8, (numel,), generator=generator).to(dtype)
-    return storage.to(device).as_strided(layout.sizes, layout.strides, layout.offset)
+    return storage.to(device)
 
 
 def _f32(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -233,12 +243,28 @@ def graph_config(request: TuningRequest) -> dict[str, Any]:
     return {"layout_optimization": False}
 
 
+def _sharing_buffers(graph: OneOpGraph, request: TuningRequest, device: str,
+                     gen: torch.Generator) -> tuple[OneOpGraph, TuningRequest]:
+    """``graph`` with the inputs the model read from one buffer made views of one buffer, and
+    the request as its inputs see it (for the symbolic carriers)."""
+    if request.op not in ALIASED_OPS:  # a row from elsewhere: capture records no other op's aliasing
+        raise UnsupportedRequest(f"{request.op} with inputs that share a buffer has no one-op reproduction")
+    try:
+        shared = share_buffers(graph.fn, graph.inputs, request, lambda layout: make_input(layout, device, gen),
+                               lambda layouts: _storage(layouts, device, gen))
+    except AliasingUnsupported as exc:
+        raise UnsupportedRequest(f"{request.op} has no one-op reproduction: {exc}") from exc
+    return OneOpGraph(shared.fn, shared.inputs, shared.reference), shared.carried_request or request
+
+
 def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGraph:
     builder = BUILDERS.get(request.op)
     if builder is None:
         raise UnsupportedRequest(f"op {request.op} has no one-op reproduction")
     generator = torch.Generator().manual_seed(seed)
     graph = builder(request, device, generator)
+    if request.aliases:  # from here on, the request as the shared inputs see it
+        graph, request = _sharing_buffers(graph, request, device, generator)
     if not any(layout.symbolic for layout in request.inputs):
         return graph
     # The carriers hold the builder's tensors' values, so its reference still applies.
