@@ -72,8 +72,8 @@ def wrap(module: Any, spec: DistributedSpec | None, device: str) -> Any:
     if spec.kind == DDP:
         from torch.nn.parallel import DistributedDataParallel
 
-        options = {} if spec.bucket_cap_mb is None else {"bucket_cap_mb": spec.bucket_cap_mb}
-        wrapped = DistributedDataParallel(module, **options)
+        wrapped = (DistributedDataParallel(module) if spec.bucket_cap_mb is None
+                   else DistributedDataParallel(module, bucket_cap_mb=spec.bucket_cap_mb))
         if not _real_process_group():
             # The fake group's all-reduce returns no tensor, which DDP's reducer refuses: each
             # bucket is "reduced" to itself instead. Outside the compiled graphs, so no graph changes.
