@@ -8,8 +8,9 @@ On GPUs (``--nproc`` of them, NCCL), for each of DDP and FSDP2, a transformer LM
 
 - ``sweep``: ``autotune sweep --train --ddp`` (then ``--fsdp``, same cache) of that step;
 - ``default``: the job in default mode, no hook: its first step (compile + run) per rank;
-- ``warm``: the job in max-autotune with the hook: first step, hits, misses and benchmarks
-  per rank, and the GPU kernel time per step (NCCL's kernels left out);
+- ``warm``: the job in max-autotune with the hook, trusting the sweep's signed artifacts:
+  first step, hits, misses, benchmarks and artifacts loaded per rank, and the GPU kernel time
+  per step (NCCL's kernels left out);
 - ``cold-single``: one process, no wrapper, cold max-autotune of the same step: its kernel time
   per step, against which the warm jobs' kernel time is weighed.
 
@@ -96,7 +97,8 @@ def job(argv: list[str]) -> int:
                               "inductor_benchmarks": benchmark_count()}
     if handle is not None:
         result.update({k: v for k, v in handle.stats.as_dict().items()
-                       if k in ("hits", "misses", "benchmarks", "database_calls", "errors", "artifacts_loaded")})
+                       if k in ("hits", "misses", "benchmarks", "database_calls", "errors", "artifacts_loaded",
+                                "artifacts_rejected", "packages_refused")})
     if args.profile and cuda:
         result["kernel_ms_per_step"] = _kernel_ms_per_step(train_step)
     gathered: list[Any] = [result]
@@ -181,22 +183,29 @@ def _sweep(model: str, entry: str, flags: list[str], url: str, env: dict[str, st
 
 
 def gpu_part(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The sweeps publish signed artifacts and the warm jobs trust them, as a team runs it."""
+    from benchmarks.compile_time import make_key_pair
+
     url = f"sqlite:///{tmp / 'gpu-cache.db'}"
     model = ["--model", GPU_MODEL, "--entry", GPU_ENTRY]
-    part: dict[str, Any] = {"model": f"{GPU_MODEL}:{GPU_ENTRY}", "nproc": args.nproc}
+    key, why_not = make_key_pair(tmp, args.timeout)
+    part: dict[str, Any] = {"model": f"{GPU_MODEL}:{GPU_ENTRY}", "nproc": args.nproc, "artifacts": key is not None,
+                            "artifacts_off_because": why_not}
+    signing = ["--signing-key", key] if key else []
+    trusted = {"AUTOTUNE_TRUSTED_KEYS": f"{key}.pub"} if key else {}
     if "cold-single" in args.scenarios:
         part["cold-single"] = _run(_torchrun(1, [*model, "--kind", "none", "--profile"]),
                                    _env(tmp, "cold-single", None), args, "cold single-process max-autotune")
     for kind in args.kinds:
         flags = ["--ddp"] if kind == "ddp" else ["--fsdp"]
         runs = part.setdefault(kind, {})
-        runs["sweep"] = _sweep(GPU_MODEL, GPU_ENTRY, flags + ["--world-size", str(args.nproc)], url,
+        runs["sweep"] = _sweep(GPU_MODEL, GPU_ENTRY, flags + ["--world-size", str(args.nproc), *signing], url,
                                _env(tmp, f"sweep-{kind}", url), args, f"sweep {kind}")
         if "default" in args.scenarios:
             runs["default"] = _run(_torchrun(args.nproc, [*model, "--kind", kind, "--mode", "default"]),
                                    _env(tmp, f"default-{kind}", None), args, f"{kind} default")
         runs["warm"] = _run(_torchrun(args.nproc, [*model, "--kind", kind, "--hook", "--profile"]),
-                            _env(tmp, f"warm-{kind}", url), args, f"{kind} warm")
+                            {**_env(tmp, f"warm-{kind}", url), **trusted}, args, f"{kind} warm")
     return part
 
 
