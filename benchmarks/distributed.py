@@ -115,19 +115,16 @@ def job(argv: list[str]) -> int:
 
 def _kernel_ms_per_step(train_step: Any) -> float:
     """GPU kernel time per step over a few steps after a warm-up, NCCL's kernels left out
-    (they are communication, which a single process has none of)."""
+    (communication, which a single process has none of); counted as compile_time's profile does."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.compile_time import _kernel_profile
 
     train_step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(PROFILED_STEPS):
-            train_step()
-        torch.cuda.synchronize()
-    total_us = sum(e.device_time_total for e in prof.key_averages()
-                   if "nccl" not in e.key.lower() and e.device_time_total > 0 and e.device_type.name == "CUDA")
-    return total_us / 1000.0 / PROFILED_STEPS
+    profile = _kernel_profile(train_step, torch.cuda.synchronize, PROFILED_STEPS)
+    nccl_us = sum(k["us_per_call"] for k in profile["kernels"] if "nccl" in k["kernel"].lower())
+    return (profile["kernel_us_per_call"] - nccl_us) / 1000.0
 
 
 # ------------------------------------------------------------------ the parent
