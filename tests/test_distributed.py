@@ -106,3 +106,23 @@ def test_bad_distributed_flags_are_one_line_and_exit_2() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--ddp and --fsdp" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_distributed_benchmark_judges_every_rank() -> None:
+    """benchmarks.distributed's goals, on figures as its jobs report them (no torch, no GPU)."""
+    from benchmarks import distributed
+
+    def ranks(**fields: Any) -> dict[str, Any]:
+        return {"ranks": [{"rank": r, **fields} for r in (0, 1)]}
+
+    run = {"cpu_ranks": 8,
+           "gpu": {"cold-single": ranks(kernel_ms_per_step=10.0),
+                   "ddp": {"default": ranks(first_step_s=20.0),
+                           "warm": ranks(first_step_s=8.0, hits=30, misses=0, benchmarks=0, inductor_benchmarks=0,
+                                         kernel_ms_per_step=9.5)}},
+           "cpu": {"ranks_1": ranks(database_calls=3), "ranks_8": ranks(database_calls=1)}}
+    verdicts = {g["goal"]: g["met"] for g in distributed.goals(run)}
+    assert all(verdicts.values()) and len(verdicts) == 5, verdicts
+    run["gpu"]["ddp"]["warm"]["ranks"][1]["misses"] = 1
+    assert not {g["goal"]: g["met"] for g in distributed.goals(run)}["ddp: every lookup a hit"]
+    assert distributed.render({**run, "goals": distributed.goals(run)})
