@@ -601,7 +601,7 @@ class _NodeShare:
         from . import node_share
 
         self._server: node_share.NodeServer | None = None
-        self._client: concurrent.futures.Future[node_share.NodeClient] | None = None
+        self._client: concurrent.futures.Future[Any] | None = None
         self._timeout = policy.settings.lookup_timeout
         role = node_share.node_role()
         if role is None:
@@ -610,9 +610,10 @@ class _NodeShare:
             if role.serves:
                 self._server = node_share.NodeServer(role.socket_path, node_share.SharedReads(policy._open_database))
             else:  # rank 0 may still be starting: connect while this rank imports and traces
-                connecting = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autotune-node")
-                self._client = connecting.submit(node_share.NodeClient, role.socket_path, _NODE_CONNECT_S)
-                connecting.shutdown(wait=False)
+                self._client = concurrent.futures.Future()
+                # A daemon thread: a rank whose local rank 0 never serves must not wait for it at exit.
+                threading.Thread(target=_connect_into, args=(self._client, role.socket_path), daemon=True,
+                                 name="autotune-node-connect").start()
         except OSError as exc:
             log.warning("autotune: ranks on this node do not share the cache (%s); each reads it", exc)
 
@@ -639,6 +640,15 @@ class _NodeShare:
 
 # How long a rank waits in the background for local rank 0's socket to appear.
 _NODE_CONNECT_S = 30.0
+
+
+def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:
+    from .node_share import NodeClient
+
+    try:
+        future.set_result(NodeClient(path, _NODE_CONNECT_S))
+    except Exception as exc:  # noqa: BLE001 - store() reads it and falls back to the database
+        future.set_exception(exc)
 
 
 class WarmStart:

@@ -164,12 +164,12 @@ def _run(cmd: list[str], env: dict[str, str], args: argparse.Namespace, what: st
     log.info("%s: %s", what, " ".join(cmd[2:]))
     done = harness.run(cmd, env, args.timeout, Path(args.logs) / f"{harness.slug(what)}.log" if args.logs else None)
     payload = harness.marker_payload(done.stdout) or harness.sweep_report(done.stdout)
-    result: dict[str, Any] = {"wall_s": round(done.wall, 2), "rc": done.rc}
+    result: dict[str, Any] = {"wall_s": round(done.wall_s, 2), "rc": done.rc}
     if payload is None or done.rc != 0:
         result["stderr_tail"] = harness.tail(done.stderr)
     if payload is not None:
         result.update(payload if "ranks" in payload else {"totals": payload.get("totals")})
-    log.info("%s: rc=%s in %.1f s", what, done.rc, done.wall)
+    log.info("%s: rc=%s in %.1f s", what, done.rc, done.wall_s)
     return result
 
 

@@ -126,3 +126,21 @@ def test_the_distributed_benchmark_judges_every_rank() -> None:
     run["gpu"]["ddp"]["warm"]["ranks"][1]["misses"] = 1
     assert not {g["goal"]: g["met"] for g in distributed.goals(run)}["ddp: every lookup a hit"]
     assert distributed.render({**run, "goals": distributed.goals(run)})
+
+
+def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.hook import ServePolicy
+    from autotune.settings import Settings
+
+    for name, value in {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
+                        "TORCHELASTIC_RUN_ID": tmp_path.name}.items():
+        monkeypatch.setenv(name, value)
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    Store(url).close()  # the schema made here: the lookup's time is the wait for rank 0 and one read
+    policy = ServePolicy(Settings(cache=url, lookup_timeout=4.0))
+    try:
+        assert policy._call(lambda store: store.misses()) == []
+        assert policy.stats.database_calls == 1 and policy.stats.errors == 0
+    finally:
+        policy.close()
