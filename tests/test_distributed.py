@@ -144,3 +144,14 @@ def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
         assert policy.stats.database_calls == 1 and policy.stats.errors == 0
     finally:
         policy.close()
+
+
+def test_a_ranks_end_to_end_pass_is_marked_apart_from_the_bare_models() -> None:
+    """A sweep --ddp compiles other graphs than a plain sweep: their pass marks differ."""
+    from autotune import pass_marks
+    from autotune.pointwise import PointwiseSpec
+
+    bare = PointwiseSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu")
+    ddp = PointwiseSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu",
+                        distributed={"kind": "ddp", "world_size": 2, "bucket_cap_mb": 1.0})
+    assert pass_marks.digest(bare) != pass_marks.digest(ddp)
