@@ -806,7 +806,13 @@ def _distributed(ddp: bool, fsdp: bool, bucket_cap_mb: float | None, world_size:
         fail("--world-size describes a distributed job; add --ddp or --fsdp, or drop it")
     if not (ddp or fsdp):
         return None
+    from autotune.inductor_glue import seams
     from autotune.inductor_glue.distributed import DistributedSpec
+
+    problem = seams.FAKE_STORE.problem()  # before Ray starts, not as the model's error in capture
+    if problem is not None:
+        fail(f"--ddp and --fsdp compile over torch's fake process group, which this torch lacks ({problem}); "
+             "use torch 2.11 to 2.13")
 
     return DistributedSpec("ddp" if ddp else "fsdp", world_size or 2, bucket_cap_mb)
 
