@@ -708,6 +708,14 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
               "with dynamic=True (or torch._dynamo.mark_dynamic) asks: those MODEL names in DYNAMIC_DIMS, "
               "else dim 0 of every tensor input.")
 @click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass).")
+@click.option("--ddp", is_flag=True, help="Compile as one rank of a DistributedDataParallel job does: Dynamo "
+              "splits the graph at DDP's gradient buckets.")
+@click.option("--bucket-cap-mb", type=float, help="With --ddp: the job's DDP bucket_cap_mb, at least 1 "
+              "[default: DDP's, 25].")
+@click.option("--fsdp", is_flag=True, help="Compile as one rank of an FSDP2 job does: fully_shard on each "
+              "block of the model (each ModuleList entry, else each child with parameters), then the root.")
+@click.option("--world-size", type=click.IntRange(min=2), help="With --ddp or --fsdp: the job's ranks "
+              "[default: 2].")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), help="Target device [default: cuda if present].")
 @click.option("--address", help="Join this Ray cluster instead of starting Ray locally.")
 @click.option("--workers", type=click.IntRange(min=1), help="CPU actors [default: 1].")
@@ -726,7 +734,8 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 @_json_option
 @click.pass_context
 def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | None, inductor_config: tuple[str, ...],
-          batch_sizes: str | None, dynamic: bool, train: bool, device: str | None, address: str | None,
+          batch_sizes: str | None, dynamic: bool, train: bool, ddp: bool, bucket_cap_mb: float | None, fsdp: bool,
+          world_size: int | None, device: str | None, address: str | None,
           workers: int | None, gpus: int | None, jobs_per_gpu: int | None, request_timeout: float | None,
           force: bool, dry_run: bool, misses: bool, signing_key: str | None, log_path: str | None, verbose: bool,
           as_json: bool) -> None:
@@ -751,6 +760,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         autotune sweep model.py --dynamic --batch-sizes 64   # jobs compiling with dynamic=True
         autotune sweep --misses
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
+        autotune sweep model.py --train --ddp --bucket-cap-mb 1   # a torchrun job's DDP ranks
     """
     from autotune.sweep import SweepOptions
 
@@ -763,7 +773,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
-                           misses=misses)
+                           misses=misses, distributed=_distributed(ddp, fsdp, bucket_cap_mb, world_size))
     try:
         report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
     except CacheError as error:  # found before any work: the cache given cannot be reached or written
@@ -781,6 +791,30 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
     if report.malformed_rows:
         raise SystemExit(EXIT_BAD_INPUT)
     raise SystemExit(EXIT_FAILED if report.failed else 0)
+
+
+def _distributed(ddp: bool, fsdp: bool, bucket_cap_mb: float | None, world_size: int | None) -> Any:
+    """The job --ddp/--fsdp describe, or None; contradictions are one line each."""
+    if ddp and fsdp:
+        fail("--ddp and --fsdp describe two different jobs; give the one your job uses")
+    if bucket_cap_mb is not None and not ddp:
+        fail("--bucket-cap-mb is DDP's; add --ddp, or drop it")
+    if bucket_cap_mb is not None and bucket_cap_mb < 1:
+        fail(f"--bucket-cap-mb {bucket_cap_mb:g}: Dynamo's DDPOptimizer refuses a cap below DDP's first bucket "
+             "(1 MB), as the job's compile would; give 1 or more")
+    if world_size is not None and not (ddp or fsdp):
+        fail("--world-size describes a distributed job; add --ddp or --fsdp, or drop it")
+    if not (ddp or fsdp):
+        return None
+    from autotune.inductor_glue import seams
+    from autotune.inductor_glue.distributed import DistributedSpec
+
+    problem = seams.FAKE_STORE.problem()  # before Ray starts, not as the model's error in capture
+    if problem is not None:
+        fail(f"--ddp and --fsdp compile over torch's fake process group, which this torch lacks ({problem}); "
+             "use torch 2.11 to 2.13")
+
+    return DistributedSpec("ddp" if ddp else "fsdp", world_size or 2, bucket_cap_mb)
 
 
 def _run_sweep(options: Any, settings: Settings, *, verbose: bool, quiet: bool) -> tuple[SweepReport, Path]:

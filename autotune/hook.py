@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
 from autotune.cache import protocols
 from autotune.cache.errors import MalformedRow, or_malformed
@@ -124,6 +124,9 @@ class HookStats:
     # coordinate-descent tuning, and the fusion and padding verdicts timed here. 0 when every
     # answer came from the cache. Brought up to date by ``WarmStart.stats``.
     benchmarks: int = 0
+    # Calls this process made to the database, its own and, on local rank 0 of a torchrun job,
+    # those it made for the node's other ranks (autotune/node_share.py); 0 on those ranks.
+    database_calls: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +137,7 @@ class HookStats:
                 f"errors={self.errors} configs_skipped={self.configs_skipped} "
                 f"kernel_configs_loaded={self.kernel_configs_loaded} kernel_configs_saved={self.kernel_configs_saved} "
                 f"artifacts_loaded={self.artifacts_loaded} artifacts_rejected={self.artifacts_rejected} "
-                f"artifacts_published={self.artifacts_published}")
+                f"artifacts_published={self.artifacts_published} database_calls={self.database_calls}")
 
 
 def _import_store_modules() -> None:
@@ -172,8 +175,11 @@ class ServePolicy:
         self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
         self._imports.start()
         self._store: protocols.Store | None = None
+        self._database: protocols.Store | None = None
         self._disabled = False
         self._lock = threading.Lock()
+        self._database_lock = threading.Lock()
+        self._node = _NodeShare(self) if settings.node_share else None
         self._wait_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
         self._logged_misses: set[str] = set()  # request keys
@@ -210,11 +216,20 @@ class ServePolicy:
     def _open(self) -> protocols.Store:
         with self._lock:
             if self._store is None:
+                shared = self._node.store() if self._node is not None else None
+                self._store = cast("protocols.Store", shared) if shared is not None else self._open_database()
+            return self._store
+
+    def _open_database(self) -> protocols.Store:
+        """The database itself, each call counted (``HookStats.database_calls``)."""
+        with self._database_lock:
+            if self._database is None:
                 from autotune.cache.store import Store
 
-                self._store = Store(self.settings.cache, read_only=self.settings.read_only,
-                                    connect_timeout=self.settings.lookup_timeout)
-            return self._store
+                store = Store(self.settings.cache, read_only=self.settings.read_only,
+                              connect_timeout=self.settings.lookup_timeout)
+                self._database = cast("protocols.Store", _Counted(store, self.stats))
+            return self._database
 
     def malformed_row(self, error: MalformedRow) -> None:
         """A stored row that fails validation: read as absent, with one warning per row."""
@@ -548,11 +563,92 @@ class ServePolicy:
         self._release_deferred()  # never lost: they finish on the writer thread
         self._pool.shutdown(wait=False)
         self._writer.shutdown(wait=False)  # queued writes still finish; a hung database never blocks uninstall
-        if self._store is not None:
+        if self._node is not None:
+            self._node.close()
+        if self._database is not None:  # a store shared through rank 0 is closed with the share
             try:
-                self._store.close()
+                self._database.close()
             except Exception:
                 pass
+
+
+class _Counted:
+    """A store whose every call is counted as one database call."""
+
+    def __init__(self, store: Any, stats: HookStats) -> None:
+        self._inner, self._stats = store, stats
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if name.startswith("_") or not callable(found):
+            return found
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._stats.database_calls += 1
+            return found(*args, **kwargs)
+
+        return counted
+
+
+class _NodeShare:
+    """This rank's part in sharing one reader per node (autotune/node_share.py): local rank 0
+    serves from its first install, the others connect in the background and ask it."""
+
+    def __init__(self, policy: ServePolicy) -> None:
+        from . import node_share
+
+        self._server: node_share.NodeServer | None = None
+        self._client: concurrent.futures.Future[Any] | None = None
+        self._timeout = policy.settings.lookup_timeout
+        role = node_share.node_role()
+        if role is None:
+            return
+        try:
+            if role.serves:
+                self._server = node_share.NodeServer(role.socket_path, node_share.SharedReads(policy._open_database))
+            else:  # rank 0 may still be starting: connect while this rank imports and traces
+                self._client = concurrent.futures.Future()
+                # A daemon thread: a rank whose local rank 0 never serves must not wait for it at exit.
+                threading.Thread(target=_connect_into, args=(self._client, role.socket_path), daemon=True,
+                                 name="autotune-node-connect").start()
+        except OSError as exc:
+            log.warning("autotune: ranks on this node do not share the cache (%s); each reads it", exc)
+
+    def store(self) -> Any:
+        """What this rank reads through: rank 0's answers, or None (read the database itself)."""
+        if self._server is not None:
+            return self._server.reads
+        if self._client is None:
+            return None
+        try:
+            return self._client.result(timeout=self._timeout / 2)
+        except Exception as exc:  # noqa: BLE001 - rank 0 gone or late: this rank reads the database
+            log.warning("autotune: local rank 0 does not answer (%s); this rank reads the cache itself",
+                        type(exc).__name__)
+            self._client = None
+            return None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._client is not None and self._client.done() and self._client.exception() is None:
+            self._client.result().close()
+
+
+# How long a rank waits in the background for local rank 0's socket to appear.
+_NODE_CONNECT_S = 30.0
+
+
+def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:
+    from .node_share import NodeClient
+
+    try:
+        future.set_result(NodeClient(path, _NODE_CONNECT_S))
+    except Exception as exc:  # noqa: BLE001 - store() reads it and falls back to the database
+        future.set_exception(exc)
 
 
 class WarmStart:

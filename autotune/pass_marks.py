@@ -44,6 +44,8 @@ def digest(spec: PointwiseSpec) -> str:
     source = hashlib.sha256(Path(spec.model_path).read_bytes()).hexdigest()
     what = {"model": source, "entry": spec.entry, "batch_sizes": list(spec.batch_sizes), "mode": spec.mode,
             "inductor_config": spec.inductor_config, "train": spec.train, "dynamic": spec.dynamic}
+    if spec.distributed is not None:  # a rank's graphs are not the bare model's (--ddp/--fsdp)
+        what["distributed"] = spec.distributed
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
+from autotune.inductor_glue.distributed import DistributedSpec, job_process_group, wrap
 from autotune.inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
                                    marked_calls, session_variants, tune_only_shard)
 from autotune.inductor_glue.modelfile import ModelFile
@@ -180,6 +181,7 @@ def tune_pointwise(
     device: str,
     time_in_graph: bool = False,
     dynamic: bool = False,
+    distributed: DistributedSpec | None = None,
 ) -> PointwiseReport:
     """Compile and run ``model`` with the hook installed, as capture did: once per batch
     size, and in the dynamic graphs capture compiled (``compile_sessions``: a dynamic
@@ -198,7 +200,7 @@ def tune_pointwise(
                 current = passes.pop(0)
                 began = time.perf_counter()
                 stats, withheld = _compile_once(model, current, session, mode, inductor_config, train,
-                                                device, report)
+                                                device, report, distributed)
                 report.passes.append({"batch_sizes": list(session.sizes), "dynamic": session.dynamic,
                                       "time_in_graph": current.time_in_graph,
                                       "publishes": current.publishes, "kernels_tuned": stats.kernel_configs_saved,
@@ -221,7 +223,7 @@ def tune_pointwise(
 
 def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
                   inductor_config: dict[str, Any] | None, train: bool, device: str,
-                  report: PointwiseReport) -> tuple[Any, bool]:
+                  report: PointwiseReport, distributed: DistributedSpec | None = None) -> tuple[Any, bool]:
     """One compile and run of the model, its hook stats counted into ``report``. Also
     whether it withheld its artifacts: a publishing compile that tuned a kernel, whose
     graph was compiled before that kernel's config was known (when it may run again)."""
@@ -248,7 +250,7 @@ def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
                 for index, (dims, duck) in enumerate(session_variants(session, model, inputs)):
                     if index:  # the twin's inputs would pass the first graph's guards: compile it afresh
                         torch._dynamo.reset()
-                    _run_end_to_end(model, module, (inputs, *later), mode, train, device, dims, duck)
+                    _run_end_to_end(model, module, (inputs, *later), mode, train, device, dims, duck, distributed)
             if device == "cuda":
                 torch.cuda.synchronize()
             if current.publishes and current.may_republish and handle.kernels_tuned:
@@ -283,7 +285,8 @@ def longest_phases(before: dict[str, float], after: dict[str, float], top: int =
 
 
 def _run_end_to_end(model: ModelFile, module: Any, calls: tuple[tuple[Any, ...], ...], mode: str, train: bool,
-                    device: str, dynamic_dims: Any = None, duck: bool = False) -> None:
+                    device: str, dynamic_dims: Any = None, duck: bool = False,
+                    distributed: DistributedSpec | None = None) -> None:
     """Calls as a job makes them, into one compiled model (``_run_once``'s dynamic
     arguments). With --train and a model file that defines ``train_step(model, optimizer,
     inputs)`` (and optionally ``make_optimizer(module)``), whole training steps, the
@@ -301,17 +304,19 @@ def _run_end_to_end(model: ModelFile, module: Any, calls: tuple[tuple[Any, ...],
     source = sys.modules.get(getattr(model.factory, "__module__", ""), None)
     train_step = getattr(source, "train_step", None)
     if not (train and callable(train_step) and isinstance(module, torch.nn.Module)):
-        _run_once(module, calls[0], mode, train, device, calls[1:], dynamic_dims=dynamic_dims, duck=duck)
+        _run_once(module, calls[0], mode, train, device, calls[1:], dynamic_dims=dynamic_dims, duck=duck,
+                  distributed=distributed)
         return
-    module = module.to(device).train(True)
-    make_optimizer = getattr(source, "make_optimizer", None)
-    optimizer = make_optimizer(module) if callable(make_optimizer) else torch.optim.AdamW(module.parameters())
-    optimizer.step = torch.compile(optimizer.step, mode=mode)  # type: ignore[method-assign]
-    compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
-    for inputs in marked_calls(calls, device, dynamic_dims, duck):
-        if mark_step is not None and device == "cuda":
-            mark_step()
-        train_step(compiled, optimizer, inputs)
+    with job_process_group(distributed):
+        module = wrap(module.to(device).train(True), distributed, device)
+        make_optimizer = getattr(source, "make_optimizer", None)
+        optimizer = make_optimizer(module) if callable(make_optimizer) else torch.optim.AdamW(module.parameters())
+        optimizer.step = torch.compile(optimizer.step, mode=mode)  # type: ignore[method-assign]
+        compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
+        for inputs in marked_calls(calls, device, dynamic_dims, duck):
+            if mark_step is not None and device == "cuda":
+                mark_step()
+            train_step(compiled, optimizer, inputs)
 
 
 # ------------------------------------------------------------------ spread over GPUs
@@ -444,6 +449,8 @@ class PointwiseSpec:
     # unless AUTOTUNE_TIME_IN_GRAPH=0).
     time_in_graph: bool | None = None
     dynamic: bool = False  # the sweep's --dynamic: compile the graphs capture compiled
+    # The sweep's --ddp/--fsdp (DistributedSpec.to_json()): compile as one rank of that job does.
+    distributed: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -529,7 +536,8 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     with tune_only_shard(*spec.shard):
         report = tune_pointwise(model, settings, batch_sizes=tuple(spec.batch_sizes), mode=spec.mode,
                                 inductor_config=spec.inductor_config, train=spec.train, device=spec.device,
-                                time_in_graph=time_in_graph, dynamic=spec.dynamic)
+                                time_in_graph=time_in_graph, dynamic=spec.dynamic,
+                                distributed=DistributedSpec.from_json(spec.distributed))
     report.ready_at, report.idle_seconds = ready_at, round(idle, 3)
     if report.error is None:
         _leave_mark(spec, settings, finished=True)

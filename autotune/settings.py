@@ -88,6 +88,9 @@ class Settings:
     read_only: bool = False
     # Hook: seconds a cache lookup may take before it counts as a failure.
     lookup_timeout: float = 2.0
+    # Hook under torchrun: the ranks of a node share one reader of the cache, local rank 0,
+    # so a node's ranks make the database requests of one process (autotune/node_share.py).
+    node_share: bool = True
     # Hook: on a hit, generate only the stored winner among Triton configs (not every loser).
     pin: bool = True
     # Hook: serve pointwise/reduction kernel configs (coordinate descent) from the cache too.

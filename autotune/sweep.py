@@ -31,6 +31,7 @@ from autotune.cache.records import (
     TuningResult,
 )
 
+from autotune.inductor_glue.distributed import DistributedSpec
 from autotune.inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 
 from .plan import CACHED, PlanStream, shape_summary
@@ -65,6 +66,8 @@ class SweepOptions:
     dry_run: bool = False
     misses: bool = False
     more_models: tuple[str, ...] = ()  # further model files: one queue, their union tuned once
+    # --ddp/--fsdp: capture and the pass compile as one rank of that job (inductor_glue/distributed.py)
+    distributed: DistributedSpec | None = None
 
     @property
     def model_paths(self) -> list[str]:
@@ -310,7 +313,7 @@ def _load(path: str, options: SweepOptions, local: bool) -> ModelFile:
 def _capture_kwargs(options: SweepOptions, settings: Settings, device: str) -> dict[str, Any]:
     return dict(batch_sizes=options.batch_sizes, mode=settings.mode,
                 inductor_config=parse_config_overrides(options.inductor_config), train=options.train,
-                device=device, dynamic=options.dynamic)
+                device=device, dynamic=options.dynamic, distributed=options.distributed)
 
 
 def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None,
@@ -762,7 +765,9 @@ def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: S
 
     return [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
                           kwargs["inductor_config"], kwargs["train"], settings.cache, device,
-                          signing_key=settings.signing_key, dynamic=options.dynamic) for model in models]
+                          signing_key=settings.signing_key, dynamic=options.dynamic,
+                          distributed=options.distributed.to_json() if options.distributed else None)
+            for model in models]
 
 
 def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | None:

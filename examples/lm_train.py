@@ -25,7 +25,7 @@ packages only code it can import again by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -104,6 +104,20 @@ def example(batch_size: int | None = None) -> tuple[nn.Module, tuple[torch.Tenso
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dims = dims_for(device)
+    model = DecoderLM(dims).to(device).train()
+    shape = (batch_size or dims.batch, dims.seq_len)
+    tokens = torch.randint(0, dims.vocab, shape, device=device)
+    targets = torch.randint(0, dims.vocab, shape, device=device)
+    return model, (tokens, targets)
+
+
+def small(batch_size: int | None = None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """``example()`` with two blocks instead of four: the LM step of the distributed benchmark
+    (``python -m benchmarks.distributed``), whose DDP and FSDP2 jobs and cold single-process
+    compile must fit one device session."""
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dims = replace(dims_for(device), n_layers=2)
     model = DecoderLM(dims).to(device).train()
     shape = (batch_size or dims.batch, dims.seq_len)
     tokens = torch.randint(0, dims.vocab, shape, device=device)

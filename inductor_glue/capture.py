@@ -20,6 +20,7 @@ from autotune.cache.records import Environment, TuningRequest
 from .inductor import Benchmark, ObservedRequest, Timings, installed
 from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file
 from . import descent, seams
+from .distributed import DistributedSpec, job_process_group, wrap
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)
@@ -147,20 +148,23 @@ def duck_differs(inputs: tuple[Any, ...], dims: DynamicDims) -> bool:
 
 def _run_once(module: Any, inputs: tuple[Any, ...], mode: str, train: bool, device: str,
               later_inputs: tuple[tuple[Any, ...], ...] = (), dynamic_dims: DynamicDims | None = None,
-              duck: bool = False) -> None:
+              duck: bool = False, distributed: DistributedSpec | None = None) -> None:
     """Compile module, call it on inputs, then on each of later_inputs (same compiled
     module: a new batch size recompiles it with a dynamic batch, as automatic dynamic
     shapes do in a job); ``dynamic_dims``, if given, are dynamic from the start: marked
     (``mark_dynamic``), or with ``duck`` as ``dynamic=True`` makes them. ``duck`` without
-    ``dynamic_dims``: plain ``dynamic=True``, every input dimension symbolic."""
+    ``dynamic_dims``: plain ``dynamic=True``, every input dimension symbolic.
+    ``distributed``: wrapped in DDP or FSDP2 as a rank of that job (inductor_glue/distributed.py)."""
     import torch
 
-    if isinstance(module, torch.nn.Module):
-        module = module.to(device)
-        module.train(train)
-    compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
-    for call_inputs in marked_calls((inputs, *later_inputs), device, dynamic_dims, duck):
-        _call(compiled, call_inputs, train)
+    with job_process_group(distributed):
+        if isinstance(module, torch.nn.Module):
+            module = module.to(device)
+            module.train(train)
+            module = wrap(module, distributed, device)
+        compiled = torch.compile(module, mode=mode, dynamic=True if duck else None)
+        for call_inputs in marked_calls((inputs, *later_inputs), device, dynamic_dims, duck):
+            _call(compiled, call_inputs, train)
 
 
 def marked_calls(calls: tuple[tuple[Any, ...], ...], device: str, dynamic_dims: DynamicDims | None,
@@ -324,6 +328,7 @@ def capture_model(
     dynamic: bool = False,
     on_request: Callable[[TuningRequest, Environment | None], None] | None = None,
     pad_decisions: dict[str, dict[str, Any]] | None = None,
+    distributed: DistributedSpec | None = None,
 ) -> CaptureResult:
     """Compile ``model`` in dry-run mode and list its requests.
 
@@ -336,7 +341,8 @@ def capture_model(
     and each size once more under plain ``dynamic=True`` (``compile_sessions``).
     ``on_request(request, env)`` is called for each new request as it is found,
     while the compile goes on. ``pad_decisions``: padding verdicts stored by an earlier
-    sweep, served instead of timed.
+    sweep, served instead of timed. ``distributed``: the model compiled as one rank of a DDP
+    or FSDP2 job compiles it (``autotune sweep --ddp/--fsdp``).
     """
     from . import padding
     from .env import pin_triton_toolchain
@@ -347,7 +353,8 @@ def capture_model(
     pads = padding.MemoryBook(pad_decisions)
     padding.push(pads)
     try:
-        result = _capture_sessions(model, policy, batch_sizes, mode, inductor_config, train, device, dynamic)
+        result = _capture_sessions(model, policy, batch_sizes, mode, inductor_config, train, device, dynamic,
+                                   distributed)
     finally:
         padding.pop()
     result.pad_decisions = pads.new
@@ -356,7 +363,7 @@ def capture_model(
 
 def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tuple[int | None, ...], mode: str,
                       inductor_config: dict[str, Any] | None, train: bool, device: str,
-                      dynamic: bool) -> CaptureResult:
+                      dynamic: bool, distributed: DistributedSpec | None = None) -> CaptureResult:
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
     for session in compile_sessions(batch_sizes, dynamic):
@@ -366,7 +373,8 @@ def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tupl
         for dims, duck in session_variants(session, model, inputs):
             with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
                 try:
-                    _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck)
+                    _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck,
+                              distributed=distributed)
                 except Exception as exc:  # the model's own error, or one its graph hits in Inductor
                     if (cache_error := find_cause(exc, CacheError)) is not None:
                         raise cache_error from None  # the cache's own one line, not the model's fault

@@ -286,6 +286,10 @@ _declare("torch._inductor.runtime.benchmarking", "maybe_gpu_benchmark_lock", REA
 _declare("torch.cuda", "_sleep", READ, (SWEEP_CAPTURE,), "holds the GPU while the CPU queues timed calls")
 _declare("torch._dynamo.utils", "compilation_time_metrics", READ, (SWEEP_CAPTURE,),
          "the pointwise pass reports where its compile's time went")
+# Only `autotune sweep --ddp/--fsdp` needs it (inductor_glue/distributed.py): not required.
+FAKE_STORE = _declare("torch.testing._internal.distributed.fake_pg", "FakeStore", READ, (SWEEP_CAPTURE,),
+                      "--ddp/--fsdp compile a rank's graphs in one process over a fake process group",
+                      required=False)
 
 
 # ------------------------------------------------------------------ features
