@@ -139,7 +139,7 @@ class ArtifactTier:
 
 
 def _backend_class() -> type:
-    class SignedStoreBackend(seams.REMOTE_BACKEND.resolve()):  # type: ignore[type-arg,misc]
+    class SignedStoreBackend(seams.REMOTE_BACKEND.resolve()):  # type: ignore[misc]
         """Bytes in, bytes out: Inductor's JSON serde sits above, so this sees the
         exact bytes that will be decoded (and unpickled) after a get."""
 

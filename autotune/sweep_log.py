@@ -120,7 +120,7 @@ class _LogStream(io.TextIOWrapper):
     closed: a handler made meanwhile may hold one, and write to the terminal again after."""
 
     def __init__(self, fd: int) -> None:
-        super().__init__(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="replace",  # type: ignore[arg-type]
+        super().__init__(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="replace",
                          line_buffering=True, write_through=True)
 
     def write(self, text: str) -> int:

@@ -69,7 +69,7 @@ def section(ctx: click.Context, command: click.Command) -> str:
     rows = []
     for param in command.get_params(ctx):
         record = param.get_help_record(ctx)
-        if record is None or param.name == "help":  # arguments are in the usage line; --help is everywhere
+        if record is None or "--help" in getattr(param, "opts", ()):  # arguments are in the usage line; --help is everywhere
             continue
         rows.append(f"| `{table_cell(record[0])}` | {table_cell(record[1])} |")
     if rows:
