@@ -224,7 +224,7 @@ class Prefetch:
     def _artifacts_to_fetch(self, store: protocols.Store) -> list[ArtifactInfo]:
         """Artifacts of this device and torch version signed by a trusted key, within the budget."""
         infos: list[ArtifactInfo] = []
-        for signer in self._trusted.fingerprints():
+        for signer in self._trusted.fingerprints:
             listing = store.artifacts(device=self._artifact_device, signer=signer, limit=None)
             infos += [i for i in listing if i.torch_version == self._torch_version and i.kind in KIND_ORDER]
         infos.sort(key=lambda i: (KIND_ORDER.index(i.kind), i.id))

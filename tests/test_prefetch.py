@@ -46,6 +46,11 @@ def _winners(url: str) -> dict[str, str]:
         return {f"{r.request.op}|{r.request.inputs_key}": r.winner_hash or "" for _, r in store.list_results()}
 
 
+def _warnings(report: dict[str, Any]) -> list[str]:
+    """The job's warnings from autotune (its logger prints them, one line each, to stderr)."""
+    return [line for line in report["stderr"].splitlines() if line.startswith("autotune: ")]
+
+
 def _right_output(report: dict[str, Any]) -> None:
     torch.testing.assert_close(torch.load(report["output"]), torch.load(report["eager_output"]),
                                rtol=1e-3, atol=1e-3)
@@ -62,6 +67,7 @@ def test_a_compile_racing_the_prefetch_is_served_from_memory_with_the_same_hits(
     assert stats["prefetch_waits"] >= 1 and stats["prefetch_wait_s"] > 0  # it started before the prefetch ended
     assert stats["prefetched_rows"] >= 2
     assert stats["store_wait_s"] == 0.0  # every lookup was answered from memory, none by the database
+    assert not _warnings(raced)
     _right_output(raced)
 
 
@@ -73,6 +79,7 @@ def test_artifacts_verified_by_the_prefetch_are_loaded_by_a_racing_compile(
     assert raced["benchmarks"] == 0
     assert stats["artifacts_loaded"] >= 1 and stats["artifacts_rejected"] == 0 and stats["errors"] == 0
     assert stats["prefetched_artifacts"] >= 1 and stats["prefetch_waits"] >= 1
+    assert not _warnings(raced)
     _right_output(raced)
 
 
@@ -85,7 +92,7 @@ def test_a_bad_signature_costs_one_warning_and_nothing_else(signed_tiny_sweep: s
     env = {"AUTOTUNE_TRUSTED_KEYS": str(signing_keys["writer.pub"])}
     report = job(tmp_path, "--cache", tampered, name="tampered", env=env)
     stats = report["stats"]
-    warnings = [line for line in report["stderr"].splitlines() if line.startswith("autotune: ")]
+    warnings = _warnings(report)
     assert len(warnings) == 1 and "rejected a" in warnings[0], warnings
     assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] >= 1
     assert stats["prefetched_artifacts"] == 0  # verified in the background, and refused
