@@ -142,7 +142,7 @@ class Prefetch:
 
     # --- waiting -------------------------------------------------------------------------
     def _on_prefetch_thread(self) -> bool:
-        return threading.current_thread() is self._thread  # its own C++ builds never wait for it
+        return threading.current_thread() is self._thread  # it never waits for itself
 
     def _wait(self, event: threading.Event, timeout: float) -> None:
         if event.is_set() or self._abandoned or self._on_prefetch_thread():
@@ -183,9 +183,12 @@ class Prefetch:
             self._read_rows(store)
             self._fetch_artifacts(store)
         except CacheError as exc:  # the database is down or refused us: as a failed lookup would
-            self._disable(exc)
+            if not self._closed:  # an uninstall closed the store under it: nothing failed
+                self._disable(exc)
         except Exception as exc:  # noqa: BLE001 - a bug here must cost one warning, never the job
-            log.warning("autotune: the prefetch failed (%s: %s); lookups go to the database", type(exc).__name__, exc)
+            if not self._closed:
+                log.warning("autotune: the prefetch failed (%s: %s); lookups go to the database",
+                            type(exc).__name__, exc)
         finally:
             self.stats.prefetch_s = time.perf_counter() - began
             self._release_waiters()

@@ -30,8 +30,8 @@ import shutil
 import sys
 import tempfile
 import time
+from argparse import Namespace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from benchmarks import harness
@@ -83,7 +83,7 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["model_build_s"] = time.perf_counter() - building
     time.sleep(max(0.0, args.build_seconds - result["model_build_s"]))
     mode = "max-autotune" if handle is not None else "default"
-    options = SimpleNamespace(dynamic=None, optimizer_step="compiled")
+    options = Namespace(dynamic=None, optimizer_step="compiled")
     with torch.no_grad() if prepared.train_step is None else torch.enable_grad():
         start = time.perf_counter()
         work = compile_time._compile_workload(prepared, mode, options)
@@ -163,7 +163,7 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
     log_dir = Path(args.log_dir) if args.log_dir else None
     entry: dict[str, Any] = {"path": path, "scenarios": {}}
     try:
-        sweep_args = SimpleNamespace(timeout=args.timeout, batch_size=None, sweep_arg=None)
+        sweep_args = Namespace(timeout=args.timeout, batch_size=None, sweep_arg=None)
         entry["sweep"] = sweep = compile_time.run_sweep(model_run, sweep_args, log_dir / f"{name}-sweep.log"
                                                         if log_dir else None)
         if sweep.get("status") != "ok":
@@ -252,7 +252,8 @@ def results(out: Path) -> harness.Results:
 
 
 def benchmark(args: argparse.Namespace) -> int:
-    names = list(QUICK_MODELS) if args.quick and not args.models else (args.models or ",".join(DEFAULT_MODELS)).split(",")
+    chosen = args.models or ",".join(QUICK_MODELS if args.quick else DEFAULT_MODELS)
+    names = [name.strip() for name in chosen.split(",") if name.strip()]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise SystemExit(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
@@ -261,7 +262,8 @@ def benchmark(args: argparse.Namespace) -> int:
     info = harness.machine(min(args.timeout, 300))
     gpu = harness.slug(info.get("gpu") or "cpu")
     store = results(Path(args.out))
-    run = store.run(args.label or f"{gpu}: {','.join(names)}", info, "python -m benchmarks.prefetch " + " ".join(args.argv))
+    command = "python -m benchmarks.prefetch " + " ".join(args.argv)
+    run = store.run(args.label or f"{gpu}: {','.join(names)}", info, command)
     run["models"] = {}
     for name in names:
         run["models"][name] = measure_model(name, MODELS[name], args, builds)

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from autotune.cache import Store
 from autotune.cache.records import Environment
 from conftest import copy_sqlite
