@@ -565,13 +565,12 @@ class ServePolicy:
         except Exception as exc:
             self._disable(exc)
 
-    def start_prefetch(self, trusted: TrustedKeys, device_kind: str, device_name: str) -> None:
+    def start_prefetch(self, trusted: TrustedKeys, device_kind: str) -> None:
         """Read ahead, on a daemon thread, what this process's compiles will ask the store for."""
         from .prefetch import Prefetch
 
         self.prefetch = Prefetch(open_store=self._open, disable=self._disable, stats=self.stats,
-                                 device_kind=device_kind, device_filter=device_name if device_kind == "cuda" else "cpu",
-                                 artifact_device=device_name, trusted=trusted,
+                                 device_kind=device_kind, device_name=_artifact_device, trusted=trusted,
                                  max_bytes=self.settings.max_artifact_bytes, timeout=self.settings.lookup_timeout,
                                  fault=self.settings.fault_inject)
         self.prefetch.start()
@@ -617,8 +616,7 @@ class WarmStart:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._verdicts = _verdict_modules(policy, gpu, off)
         if prefetch:  # before the artifact tier, which asks the prefetch first
-            policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu",
-                                  _artifact_device())
+            policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 

@@ -75,10 +75,12 @@ class Prefetch:
     """One background read of what this process's compiles will ask the store for."""
 
     def __init__(self, *, open_store: Callable[[], protocols.Store], disable: Callable[[BaseException], None],
-                 stats: HookStats, device_kind: str, device_filter: str, artifact_device: str,
-                 trusted: TrustedKeys, max_bytes: int, timeout: float, fault: str = "") -> None:
+                 stats: HookStats, device_kind: str, device_name: Callable[[], str], trusted: TrustedKeys,
+                 max_bytes: int, timeout: float, fault: str = "") -> None:
         self._open_store, self._disable, self.stats = open_store, disable, stats
-        self._device_kind, self._device_filter, self._artifact_device = device_kind, device_filter, artifact_device
+        # The GPU's name is read on the thread: it starts CUDA, which the job's thread need not wait for.
+        self._device_kind, self._device_name = device_kind, device_name
+        self._artifact_device = ""  # the device name artifacts are filed under ("cpu" on CPU)
         self._trusted, self._max_bytes, self._timeout, self._fault = trusted, max_bytes, timeout, fault
         self._rows: dict[tuple[str, str], TuningResult] = {}  # (env key, request key) -> stored result
         self._rows_by_env: dict[str, list[TuningResult]] = {}  # env key -> its results of status ok
@@ -197,7 +199,8 @@ class Prefetch:
         import torch
 
         self._torch_version = torch.__version__
-        listing = store.list_results(device=self._device_filter)
+        self._artifact_device = self._device_name()
+        listing = store.list_results(device=self._artifact_device if self._device_kind == "cuda" else "cpu")
         for _, result in listing:
             env = result.env
             if env.device_kind != self._device_kind or env.torch_version != self._torch_version:

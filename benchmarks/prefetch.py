@@ -238,6 +238,7 @@ def render(run: dict[str, Any]) -> list[str]:
         lines += harness.table(["scenario", "first call s", "whole process s", "first call vs floor",
                                 "whole vs floor", "first call vs default", "benchmarks",
                                 "prefetched rows/artifacts", "compile waited"], rows)
+        lines.append("")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
@@ -265,6 +266,8 @@ def benchmark(args: argparse.Namespace) -> int:
     command = "python -m benchmarks.prefetch " + " ".join(args.argv)
     run = store.run(args.label or f"{gpu}: {','.join(names)}", info, command)
     run["models"] = {}
+    if args.note:
+        run["note"] = args.note
     for name in names:
         run["models"][name] = measure_model(name, MODELS[name], args, builds)
         store.save()  # after every model: a cut command loses nothing
@@ -284,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--label", default=None, help="the run's name in the results (default: device and models)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process (default 600)")
     parser.add_argument("--log-dir", default=None, help="write each child's output here")
+    parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
