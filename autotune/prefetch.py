@@ -86,6 +86,7 @@ class Prefetch:
         self._rows_by_env: dict[str, list[TuningResult]] = {}  # env key -> its results of status ok
         self._torch_version = ""
         self._rows_held = False  # True once every row of this device and torch version is in memory
+        self._rows_clean = False  # and none of them failed validation
         self._rows_ready = threading.Event()
         self._listed: set[tuple[str, str]] = set()  # (kind, key) the prefetch will fetch
         self._artifacts: dict[tuple[str, str], HeldArtifact | None] = {}  # None: fetched, not held
@@ -125,8 +126,8 @@ class Prefetch:
         """Every stored ok result of an environment, or None when the prefetch did not read
         that environment's device (the caller asks the database)."""
         self._wait(self._rows_ready, self._timeout)
-        if not self._rows_held or device_kind != self._device_kind:
-            return None
+        if not self._rows_held or not self._rows_clean or device_kind != self._device_kind:
+            return None  # a malformed row is left to the store's listing, which names it
         return list(self._rows_by_env.get(env_key, ()))
 
     def artifact(self, kind: str, key: str) -> HeldArtifact | None:
@@ -208,7 +209,9 @@ class Prefetch:
             self._rows[env.key, result.request.key] = result
             if result.status == STATUS_OK:
                 self._rows_by_env.setdefault(env.key, []).append(result)
-        # Malformed rows are left to the lookups, which warn once for each.
+        # Malformed rows are left to the store: a lookup of one, or a listing with one, reads it
+        # again there and warns once for each, as without a prefetch.
+        self._rows_clean = not listing.malformed
         self.stats.prefetched_rows = len(self._rows)
         self._rows_held = not self._closed
         self._rows_ready.set()
