@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.cache import protocols
 from autotune.cache.errors import MalformedRow, or_malformed
@@ -44,6 +44,9 @@ from autotune.cache.text import escape_control
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue import seams
 from autotune.inductor_glue.patching import StackedPatch
+
+if TYPE_CHECKING:
+    from .prefetch import Prefetch
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,8 @@ class ArtifactTier:
                  call: Callable[[Callable[[protocols.Store], Any], float], Any],
                  submit: Callable[[Callable[[], None]], None], timeout: float,
                  max_bytes: int = MAX_ARTIFACT_BYTES,
-                 malformed: Callable[[MalformedRow], None] | None = None) -> None:
+                 malformed: Callable[[MalformedRow], None] | None = None,
+                 prefetched: Prefetch | None = None) -> None:
         self.trusted = trusted
         self.signer = signer
         self.device = device
@@ -77,6 +81,7 @@ class ArtifactTier:
         self._malformed = malformed or (lambda error: log.warning("autotune: %s", escape_control(str(error))))
         self._warned = False
         self._lock = threading.Lock()
+        self._prefetched = prefetched  # artifacts fetched and checked ahead of the compile
 
     @property
     def reads(self) -> bool:
@@ -90,6 +95,9 @@ class ArtifactTier:
         """The payload stored under (kind, key) if it verifies, else None (a miss)."""
         if not self.reads:
             return None
+        held = self._prefetched.artifact(kind, key) if self._prefetched is not None else None
+        if held is not None:
+            return self._judged(kind, held.payload, held.verdict, held.signer)
         stored = self._call(lambda store: or_malformed(lambda: store.get_artifact(kind, key, self._max_bytes)),
                             self._timeout)
         if isinstance(stored, MalformedRow):
@@ -100,16 +108,20 @@ class ArtifactTier:
         if stored is None:
             return None
         verdict = self.trusted.verify(kind, key, stored.payload, stored.signature, stored.public_key)
+        return self._judged(kind, stored.payload, verdict, stored.signer)
+
+    def _judged(self, kind: str, payload: bytes, verdict: str, signer: str | None) -> bytes | None:
+        """The payload if its verdict is OK, else None; counted, and the first rejection warned."""
         with self._lock:
             if verdict == OK:
                 self.stats.artifacts_loaded += 1
-                return stored.payload
+                return payload
             self.stats.artifacts_rejected += 1
             warn, self._warned = not self._warned, True
         if warn:  # one warning per process; later rejections are counted only
             log.warning("autotune: rejected a %s artifact (%s, signer %s); compiling it instead. "
                         "Trust its signer with AUTOTUNE_TRUSTED_KEYS if you mean to", kind,
-                        verdict.replace("_", " "), stored.signer or "none")
+                        verdict.replace("_", " "), signer or "none")
         else:
             log.info("autotune: rejected a %s artifact (%s)", kind, verdict)
         return None

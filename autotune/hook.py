@@ -55,6 +55,7 @@ from .settings import Settings, load_keys
 if TYPE_CHECKING:
     from .artifacts import ArtifactSeams
     from .nearest import NearestIndex
+    from .prefetch import Prefetch
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,13 @@ class HookStats:
     # Calls this process made to the database, its own and, on local rank 0 of a torchrun job,
     # those it made for the node's other ranks (autotune/node_share.py); 0 on those ranks.
     database_calls: int = 0
+    # The prefetch (autotune/prefetch.py): stored results and verified artifacts it held in
+    # memory, the seconds it took, and how often and how long compiles waited for it.
+    prefetched_rows: int = 0
+    prefetched_artifacts: int = 0
+    prefetch_s: float = 0.0
+    prefetch_waits: int = 0
+    prefetch_wait_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +201,7 @@ class ServePolicy:
         self._served_nearest: set[str] = set()  # request keys
         self._decisions: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (device, prefix) -> key -> value
         self.fusion_device: str | None = None  # the GPU whose fusion verdicts are served (WarmStart)
+        self.prefetch: Prefetch | None = None  # what the store holds for this process, read ahead (WarmStart)
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
@@ -284,7 +293,7 @@ class ServePolicy:
         row that fails validation (the store checks every timing is a time) is a miss with one
         warning, and so is an answer that gives every offered choice an infinite time: Inductor
         handed it would fail the compile, finding no valid choice."""
-        stored = self._call(lambda store: or_malformed(lambda: store.lookup(env, request.key)))
+        stored = self._lookup_stored(env, request.key)
         if isinstance(stored, MalformedRow):
             self.malformed_row(stored)
             return None
@@ -308,6 +317,14 @@ class ServePolicy:
             log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
                         escape_control(winner.name), shape_summary(request))
         return stored, timings
+
+    def _lookup_stored(self, env: Environment, key: str) -> TuningResult | MalformedRow | None:
+        """The stored result of a request: from the prefetch when it holds it, else the store."""
+        if self.prefetch is not None and not self._disabled:
+            held = self.prefetch.result(env.key, key)
+            if held is not None:
+                return held
+        return self._call(lambda store: or_malformed(lambda: store.lookup(env, key)))  # type: ignore[no-any-return]
 
     def _time_in_graph(self, stored: TuningResult, benchmark: Benchmark | None,
                        default: Callable[[], Timings]) -> Timings:
@@ -379,7 +396,11 @@ class ServePolicy:
     def _env_results(self, env: Environment) -> list[TuningResult]:
         """Every stored result of env, read once per process (pinning and nearest use them)."""
         if env.key not in self._results:
-            self._results[env.key] = self._set_aside(self._call(lambda store: store.results_for_env(env))) or []
+            held = self.prefetch.env_results(env.key, env.device_kind) if self.prefetch is not None else None
+            if held is not None and not self._disabled:
+                self._results[env.key] = held
+            else:
+                self._results[env.key] = self._set_aside(self._call(lambda store: store.results_for_env(env))) or []
         return self._results[env.key]
 
     def _log_miss(self, env: Environment, request: TuningRequest) -> None:
@@ -559,7 +580,19 @@ class ServePolicy:
         except Exception as exc:
             self._disable(exc)
 
+    def start_prefetch(self, trusted: TrustedKeys, device_kind: str) -> None:
+        """Read ahead, on a daemon thread, what this process's compiles will ask the store for."""
+        from .prefetch import Prefetch
+
+        self.prefetch = Prefetch(open_store=self._open, disable=self._disable, stats=self.stats,
+                                 device_kind=device_kind, device_name=_artifact_device, trusted=trusted,
+                                 max_bytes=self.settings.max_artifact_bytes, timeout=self.settings.lookup_timeout,
+                                 fault=self.settings.fault_inject)
+        self.prefetch.start()
+
     def close(self) -> None:
+        if self.prefetch is not None:
+            self.prefetch.close()
         self._release_deferred()  # never lost: they finish on the writer thread
         self._pool.shutdown(wait=False)
         self._writer.shutdown(wait=False)  # queued writes still finish; a hung database never blocks uninstall
@@ -661,7 +694,7 @@ class WarmStart:
     # weighs one template against ATen, and where the sweep's pass stored its
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
-                 signer: Signer | None = None) -> None:
+                 signer: Signer | None = None, *, prefetch: bool = False) -> None:
         from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
 
         from autotune.inductor_glue.inductor import benchmarks_run
@@ -678,6 +711,8 @@ class WarmStart:
         if gpu is not None:
             self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._verdicts = _verdict_modules(policy, gpu, off)
+        if prefetch:  # before the artifact tier, which asks the prefetch first
+            policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
         self._artifacts = _artifact_seams(policy, trusted, signer)
         self.installed = True
 
@@ -888,7 +923,8 @@ def _install(settings: Settings, *, time_in_graph: bool = False, defer_writes: b
     if _active is not None:
         _active.uninstall()
     policy = ServePolicy(settings, time_in_graph=time_in_graph, defer_writes=defer_writes)
-    _active = WarmStart(policy, trusted, signer)
+    # The sweep's pass (deferred writes) reads as it always has: its lookups are few and timed.
+    _active = WarmStart(policy, trusted, signer, prefetch=settings.prefetch and not defer_writes)
     return _active
 
 
@@ -902,7 +938,8 @@ def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | 
 
     tier = ArtifactTier(trusted=trusted, signer=signer, device=_artifact_device(), stats=policy.stats,
                         call=policy._call, submit=policy.submit_artifact_write, timeout=policy.settings.lookup_timeout,
-                        max_bytes=policy.settings.max_artifact_bytes, malformed=policy.malformed_row)
+                        max_bytes=policy.settings.max_artifact_bytes, malformed=policy.malformed_row,
+                        prefetched=policy.prefetch)
     return ArtifactSeams(tier, dynamo_package=policy.settings.dynamo_package)
 
 

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 # Store methods whose answer depends only on their arguments while a job runs: answered
 # once per node. The rest (writes, leases) are passed on each time.
-READS = frozenset({"lookup", "results_for_env", "cached_request_keys", "kernel_configs", "get_artifact", "misses"})
+READS = frozenset({"lookup", "results_for_env", "cached_request_keys", "kernel_configs", "get_artifact", "misses",
+                   "list_results", "artifacts"})
 _HEADER = struct.Struct("!I")
 
 

@@ -117,6 +117,10 @@ class Settings:
     # FX graph and AOTAutograd entries alone give). A model Dynamo cannot package, or a job that cannot use the package,
     # falls back to the FX graph and AOTAutograd entries with one warning.
     dynamo_package: bool = True
+    # Hook: read the cache ahead on a background thread from warm_start() on (the stored winners
+    # and the trusted artifacts of this device), so that the first compile finds them in memory
+    # (autotune/prefetch.py).
+    prefetch: bool = True
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True
@@ -125,7 +129,8 @@ class Settings:
     # $XDG_CACHE_HOME/autotune/logs; autotune/sweep_log.py).
     log: str | None = None
     # Tests of the failure path only: "crash:KEY", "hang:KEY" or "slow:SECONDS", handed down
-    # to the tuning processes (workers/faults.py says what each does).
+    # to the tuning processes (workers/faults.py says what each does); "prefetch:hold" or
+    # "prefetch:hang" for the hook's prefetch (autotune/prefetch.py).
     fault_inject: str = ""
 
     @classmethod

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from autotune.cache.records import (
     Artifact,
+    ArtifactInfo,
     Environment,
     KeyedListing,
     Listing,
@@ -46,6 +47,9 @@ class Store(Protocol):
 
     def results_for_env(self, env: Environment, status: str | None = ...) -> Listing[TuningResult]: ...
 
+    def list_results(self, op: str | None = ..., device: str | None = ..., limit: int | None = ...,
+                     status: str | None = ...) -> Listing[tuple[int, TuningResult]]: ...
+
     def cached_request_keys(self, env: Environment) -> set[str]: ...
 
     def put_result(self, result: TuningResult) -> None: ...
@@ -64,6 +68,9 @@ class Store(Protocol):
     def get_artifact(self, kind: str, key: str, max_bytes: int = ...) -> Artifact | None: ...
 
     def put_artifact(self, artifact: Artifact) -> bool: ...
+
+    def artifacts(self, kind: str | None = ..., device: str | None = ..., signer: str | None = ...,
+                  limit: int | None = ...) -> Listing[ArtifactInfo]: ...
 
     # sweeps sharing a database
     def leases(self, holder: str | None = ..., seconds: float = ...) -> Leases: ...

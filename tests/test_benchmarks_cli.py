@@ -139,3 +139,36 @@ def test_dynamic_option_and_sweep_statuses(ct: ModuleType) -> None:
     assert ct._sweep_totals({"totals": {"found": 3}, "requests": [{"status": "ok"}, {"status": "key_mismatch"},
                                                                   {"status": "ok"}]})["statuses"] == {
         "ok": 2, "key_mismatch": 1}
+
+
+def test_prefetch_benchmark_help_goals_and_table(tmp_path: Path) -> None:
+    from benchmarks import prefetch
+
+    code = ("import runpy, sys\n"
+            "sys.argv = ['prefetch', '--help']\n"
+            "try:\n"
+            "    runpy.run_module('benchmarks.prefetch', run_name='__main__')\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--build-seconds" in done.stdout
+
+    def ok(first: float, whole: float, **extra: object) -> dict[str, object]:
+        return {"status": "ok", "first_call_s": first, "whole_process_s": whole, **extra}
+
+    scenarios = {"default": ok(10.0, 14.0), "floor +0s": ok(4.0, 8.0), "warm-start +0s": ok(3.0, 7.0),
+                 "prefetch +0s": ok(2.5, 6.5), "floor +5s": ok(4.0, 13.0),
+                 "warm-start +5s": ok(3.0, 12.0, scenario="warm-start"),
+                 "prefetch +5s": ok(1.5, 10.0, scenario="prefetch", hook={"prefetched_rows": 3, "prefetch_waits": 0})}
+    found = {g["goal"]: g["met"] for g in prefetch.goals(scenarios, "resnet", [0.0, 5.0])}
+    assert found == {"first call at +5s <= 0.5x the floor's": True, "whole process at +5s <= 0.8x the floor's": True,
+                     "first call at +0s <= today's warm start": True,
+                     "first call at +5s <= 0.2x default mode's": True}
+    store = prefetch.results(tmp_path)
+    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --quick")
+    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": scenarios, "goals": []}}
+    store.save()
+    table = (tmp_path / "prefetch.md").read_text()
+    assert "| prefetch +5s | 1.5 | 10.0 | 0.38 | 0.77 | 0.15 |" in table

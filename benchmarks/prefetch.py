@@ -1,0 +1,319 @@
+"""The prefetching warm start against the floor and today's warm start, in one run.
+
+    python -m benchmarks.prefetch                      # GPU: resnet, gpt, lm_train, mlp
+    python -m benchmarks.prefetch --models resnet      # one model (each under ~3 minutes on an H100)
+    python -m benchmarks.prefetch --quick              # CPU: the small model only
+
+Per model it sweeps once with a signing key, then runs each scenario in a fresh process with
+fresh Inductor and Triton caches:
+
+- ``default``: a plain default-mode compile (the ratios' reference);
+- ``floor-save``: a default compile with Dynamo's ``caching_precompile`` on that saves its
+  Mega-cache (not timed against the others: it makes the floor's file);
+- ``floor``: ``caching_precompile`` on and ``torch.compiler.load_cache_artifacts`` at the
+  script's top, then a default compile;
+- ``warm-start``: ``autotune.warm_start()`` at the top with ``AUTOTUNE_PREFETCH=0`` (today's);
+- ``prefetch``: the same with the prefetch on.
+
+The last three run with 0 s and with 5 s (``--build-seconds``) of model building between the
+set-up call and the compile: the model is built, then the process sleeps for the rest. Each
+records the first call (the compile call to the first result; a training model's whole first
+step: forward, backward, optimizer) and the whole process (its start to the first result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import fmt, ratio
+
+log = logging.getLogger("prefetch")
+
+MODELS: dict[str, str] = {"resnet": "examples/resnet.py", "gpt": "examples/gpt.py",
+                          "lm_train": "examples/lm_train.py", "mlp": "examples/mlp.py"}
+DEFAULT_MODELS = ("resnet", "gpt", "lm_train", "mlp")  # a conv net, a transformer, a training step, a small model
+QUICK_MODELS = ("mlp",)
+TIMED = ("floor", "warm-start", "prefetch")
+SPAWNED_ENV = "PREFETCH_BENCH_SPAWNED_AT"  # the parent's wall clock when it started the child
+FIRST_CALL_GOAL = 0.5  # with model building: the prefetch's first call <= 0.5x the floor's
+WHOLE_GOAL = 0.8  # and its whole process <= 0.8x the floor's
+DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode's
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def child(args: argparse.Namespace) -> int:
+    """One scenario in this fresh process; one result line."""
+    result: dict[str, Any] = {"scenario": args.scenario, "build_s": args.build_seconds, "status": "error"}
+    try:
+        _child_run(args, result)
+        result["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - the parent gets the error, whatever it is
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    harness.emit(result)
+    return 0 if result["status"] == "ok" else 1
+
+
+def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    spawned = float(os.environ.get(SPAWNED_ENV) or time.time())
+    began = time.perf_counter()
+    handle = _set_up(args)
+    import torch
+
+    from benchmarks import compile_time
+
+    result["setup_s"] = time.perf_counter() - began
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    building = time.perf_counter()
+    prepared = compile_time._prepare(args.model, None, "cuda" if cuda else "cpu", None)
+    if cuda:
+        torch.ones(1, device="cuda").sum().item()  # the CUDA context is part of building the model
+    result["model_build_s"] = time.perf_counter() - building
+    time.sleep(max(0.0, args.build_seconds - result["model_build_s"]))
+    mode = "max-autotune" if handle is not None else "default"
+    options = Namespace(dynamic=None, optimizer_step="compiled")
+    with torch.no_grad() if prepared.train_step is None else torch.enable_grad():
+        start = time.perf_counter()
+        work = compile_time._compile_workload(prepared, mode, options)
+        work(prepared.inputs)
+        sync()
+        result["first_call_s"] = time.perf_counter() - start
+    result["whole_process_s"] = time.time() - spawned
+    result.update(device="cuda" if cuda else "cpu", mode=mode, train=prepared.train_step is not None)
+    _after(args, result, handle)
+
+
+def _set_up(args: argparse.Namespace) -> Any:
+    """The script's top: the floor's Mega-cache load, or the warm start. Returns the hook's handle."""
+    if args.scenario in ("warm-start", "prefetch"):
+        import autotune
+
+        return autotune.warm_start(args.cache)
+    import torch
+
+    if args.scenario in ("floor", "floor-save"):
+        torch._dynamo.config.caching_precompile = True
+    if args.scenario == "floor":
+        torch.compiler.load_cache_artifacts(Path(args.megacache).read_bytes())
+    return None
+
+
+def _after(args: argparse.Namespace, result: dict[str, Any], handle: Any) -> None:
+    """Outside the timings: the benchmarks run, the hook's stats, the floor's save."""
+    from autotune.inductor_glue.inductor import benchmarks_run
+
+    result["benchmarks"] = benchmarks_run()
+    if handle is not None:
+        stats = handle.stats.as_dict()
+        result["hook"] = {k: stats[k] for k in ("hits", "misses", "artifacts_loaded", "artifacts_rejected",
+                                                 "prefetched_rows", "prefetched_artifacts", "prefetch_s",
+                                                 "prefetch_waits", "prefetch_wait_s", "store_wait_s")}
+    if args.scenario == "floor-save":
+        import torch
+
+        saved = torch.compiler.save_cache_artifacts()
+        data = saved[0] if saved is not None else b""
+        Path(args.megacache).write_bytes(data)
+        result["megacache_bytes"] = len(data)
+
+
+# -------------------------------------------------------------------------- the parent
+
+
+def run_child(scenario: str, build_s: float, model: str, tmp: Path, cache_url: str, key: str | None,
+              timeout: float, log_dir: Path | None) -> dict[str, Any]:
+    megacache = tmp / "floor.megacache"
+    cmd = [sys.executable, "-m", "benchmarks.prefetch", "_child", "--model", model, "--scenario", scenario,
+           "--build-seconds", str(build_s), "--cache", cache_url, "--megacache", str(megacache)]
+    env = harness.child_env(tmp / f"{scenario}-{build_s:g}", cache_url)
+    if scenario in ("warm-start", "prefetch"):
+        env["AUTOTUNE_PREFETCH"] = "1" if scenario == "prefetch" else "0"
+        if key:
+            env["AUTOTUNE_TRUSTED_KEYS"] = key + ".pub"
+    env[SPAWNED_ENV] = repr(time.time())
+    log_path = log_dir / f"{Path(model).stem}-{scenario}-{build_s:g}.log" if log_dir else None
+    done = harness.run(cmd, env, timeout, log_path)
+    payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result line (rc {done.rc})"}
+    if done.rc is None:
+        payload.update(status="timeout", error=f"timed out after {timeout:.0f} s")
+    if payload.get("status") != "ok":
+        payload["stderr_tail"] = harness.tail(done.stderr)
+    return {**payload, "process_wall_s": done.wall_s}
+
+
+def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[float]) -> dict[str, Any]:
+    from benchmarks import compile_time
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"prefetch_{name}_"))
+    cache_url = f"sqlite:///{tmp / 'cache.db'}"
+    model_run = compile_time.ModelRun(name, path, [compile_time.ARTIFACTS], tmp, cache_url,
+                                      train=compile_time.is_training_file(harness.REPO / path))
+    log_dir = Path(args.log_dir) if args.log_dir else None
+    entry: dict[str, Any] = {"path": path, "scenarios": {}}
+    try:
+        sweep_args = Namespace(timeout=args.timeout, batch_size=None, sweep_arg=None)
+        entry["sweep"] = sweep = compile_time.run_sweep(model_run, sweep_args, log_dir / f"{name}-sweep.log"
+                                                        if log_dir else None)
+        if sweep.get("status") != "ok":
+            return entry
+        plan = [("default", 0.0), ("floor-save", 0.0)] + [(s, b) for b in builds for s in TIMED]
+        for scenario, build_s in plan:
+            log.info("%s: %s, %g s of model building ...", name, scenario, build_s)
+            result = run_child(scenario, build_s, path, tmp, cache_url, model_run.signing_key, args.timeout, log_dir)
+            entry["scenarios"][label(scenario, build_s)] = result
+            log.info("%s: %s %s %s", name, scenario, result.get("status"), result.get("error") or "")
+        entry["goals"] = goals(entry["scenarios"], name, builds)
+    finally:
+        if not args.keep_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return entry
+
+
+def label(scenario: str, build_s: float) -> str:
+    return scenario if scenario in ("default", "floor-save") else f"{scenario} +{build_s:g}s"
+
+
+def _value(scenarios: dict[str, Any], name: str, key: str) -> Any:
+    found = scenarios.get(name) or {}
+    return found.get(key) if found.get("status") == "ok" else None
+
+
+def goals(scenarios: dict[str, Any], model: str, builds: list[float]) -> list[dict[str, Any]]:
+    """Issue 53's goals, each with its value and whether it is met (None: not measured)."""
+    out: list[dict[str, Any]] = []
+
+    def goal(text: str, value: float | None, limit: float) -> None:
+        out.append({"goal": text, "value": value, "met": None if value is None else value <= limit})
+
+    built = max(builds)
+    if built > 0:
+        goal(f"first call at +{built:g}s <= {FIRST_CALL_GOAL}x the floor's",
+             ratio(_value(scenarios, label("prefetch", built), "first_call_s"),
+                   _value(scenarios, label("floor", built), "first_call_s")), FIRST_CALL_GOAL)
+        goal(f"whole process at +{built:g}s <= {WHOLE_GOAL}x the floor's",
+             ratio(_value(scenarios, label("prefetch", built), "whole_process_s"),
+                   _value(scenarios, label("floor", built), "whole_process_s")), WHOLE_GOAL)
+    if 0.0 in builds:
+        goal("first call at +0s <= today's warm start",
+             ratio(_value(scenarios, label("prefetch", 0.0), "first_call_s"),
+                   _value(scenarios, label("warm-start", 0.0), "first_call_s")), 1.0)
+    if model in ("resnet", "gpt"):
+        goal(f"first call at +{built:g}s <= {DEFAULT_GOAL}x default mode's",
+             ratio(_value(scenarios, label("prefetch", built), "first_call_s"),
+                   _value(scenarios, "default", "first_call_s")), DEFAULT_GOAL)
+    return out
+
+
+def render(run: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for name, entry in (run.get("models") or {}).items():
+        scenarios = entry.get("scenarios") or {}
+        default = _value(scenarios, "default", "first_call_s")
+        rows = []
+        for key, r in scenarios.items():
+            floor_key = key.replace(r.get("scenario", ""), "floor", 1) if key.startswith(("warm", "prefetch")) else key
+            floor = scenarios.get(floor_key) if floor_key != key else None
+            hook = r.get("hook") or {}
+            ok = r.get("status") == "ok"
+            rows.append([key, fmt(r.get("first_call_s")) if ok else r.get("status"), fmt(r.get("whole_process_s")),
+                         fmt(ratio(r.get("first_call_s"), (floor or {}).get("first_call_s")), ".2f"),
+                         fmt(ratio(r.get("whole_process_s"), (floor or {}).get("whole_process_s")), ".2f"),
+                         fmt(ratio(r.get("first_call_s"), default), ".2f"), r.get("benchmarks", "-"),
+                         f"{hook.get('prefetched_rows', '-')}/{hook.get('prefetched_artifacts', '-')}",
+                         f"{hook.get('prefetch_waits', '-')} ({fmt(hook.get('prefetch_wait_s'), '.2f')} s)"
+                         if hook else "-"])
+        lines += [f"### {name} (`{entry.get('path')}`)", ""]
+        lines += harness.table(["scenario", "first call s", "whole process s", "first call vs floor",
+                                "whole vs floor", "first call vs default", "benchmarks",
+                                "prefetched rows/artifacts", "compile waited"], rows)
+        lines.append("")
+        for g in entry.get("goals") or ():
+            verdict = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
+            lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
+        if (entry.get("sweep") or {}).get("status") not in (None, "ok"):
+            lines.append(f"- sweep failed: {(entry['sweep'].get('error') or '')[:200]}")
+        lines.append("")
+    return lines
+
+
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "prefetch", "Prefetch: the warm start against the floor, with model building", render)
+
+
+def benchmark(args: argparse.Namespace) -> int:
+    chosen = args.models or ",".join(QUICK_MODELS if args.quick else DEFAULT_MODELS)
+    names = [name.strip() for name in chosen.split(",") if name.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    builds = [0.0, args.build_seconds]
+    harness.warm_bytecode()
+    info = harness.machine(min(args.timeout, 300))
+    gpu = harness.slug(info.get("gpu") or "cpu")
+    store = results(Path(args.out))
+    command = "python -m benchmarks.prefetch " + " ".join(args.argv)
+    run = store.run(args.label or f"{gpu}: {','.join(names)}", info, command)
+    run["models"] = {}
+    if args.note:
+        run["note"] = args.note
+    for name in names:
+        run["models"][name] = measure_model(name, MODELS[name], args, builds)
+        store.save()  # after every model: a cut command loses nothing
+    print(store.path.with_suffix(".md").read_text())
+    ran = [r for entry in run["models"].values() for r in entry["scenarios"].values()]
+    return 0 if ran and all(r.get("status") == "ok" for r in ran) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.prefetch", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=None, help=f"comma-separated, of {', '.join(MODELS)} "
+                        f"(default {','.join(DEFAULT_MODELS)}; with --quick {','.join(QUICK_MODELS)})")
+    parser.add_argument("--quick", action="store_true", help="the small model only (the CPU smoke run)")
+    parser.add_argument("--build-seconds", type=float, default=5.0, help="model building, besides 0 (default 5)")
+    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of prefetch.json/.md")
+    parser.add_argument("--label", default=None, help="the run's name in the results (default: device and models)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process (default 600)")
+    parser.add_argument("--log-dir", default=None, help="write each child's output here")
+    parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _child_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prefetch _child")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--scenario", required=True, choices=("default", "floor-save", *TIMED))
+    parser.add_argument("--build-seconds", type=float, default=0.0)
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--megacache", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_child"]:
+        return child(_child_parser().parse_args(argv[1:]))
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    harness.log_to_stderr(args.verbose)
+    if args.build_seconds <= 0 or args.timeout <= 0:
+        raise SystemExit("--build-seconds and --timeout must be positive")
+    return benchmark(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

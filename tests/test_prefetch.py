@@ -1,0 +1,131 @@
+"""The warm start's prefetch (autotune/prefetch.py): a compile racing it is served as without
+it, a failed prefetch costs one warning, and exit never waits for it.
+
+The race is made deterministic by fault injection, not by timing: with
+``AUTOTUNE_FAULT_INJECT=prefetch:hold`` the prefetch starts only once the compile asks it for
+something, so that compile always starts before the prefetch ends and waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from autotune.cache import Store
+from autotune.cache.records import Environment
+from conftest import copy_sqlite
+
+# It copies the session's signed sweep, as tests/test_hook.py does: one xdist worker makes it.
+pytestmark = pytest.mark.xdist_group("signed_hook")
+
+TESTS = Path(__file__).parent
+HOLD = {"AUTOTUNE_FAULT_INJECT": "prefetch:hold", "AUTOTUNE_LOOKUP_TIMEOUT": "60"}
+
+
+def job(tmp_path: Path, *args: str, name: str, env: dict[str, str]) -> dict[str, Any]:
+    """tests/hook_job.py in a fresh process with a fresh Inductor cache; its report and stderr."""
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(TESTS / "hook_job.py"), str(out), *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {**json.loads(out.read_text()), "stderr": proc.stderr}
+
+
+def _winners(url: str) -> dict[str, str]:
+    with Store(url) as store:
+        return {f"{r.request.op}|{r.request.inputs_key}": r.winner_hash or "" for _, r in store.list_results()}
+
+
+def _warnings(report: dict[str, Any]) -> list[str]:
+    """The job's warnings from autotune (its logger prints them, one line each, to stderr)."""
+    return [line for line in report["stderr"].splitlines() if line.startswith("autotune: ")]
+
+
+def _right_output(report: dict[str, Any]) -> None:
+    torch.testing.assert_close(torch.load(report["output"]), torch.load(report["eager_output"]),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_a_compile_racing_the_prefetch_is_served_from_memory_with_the_same_hits(
+        signed_tiny_sweep: str, tmp_path: Path) -> None:
+    raced = job(tmp_path, "--cache", signed_tiny_sweep, name="raced", env=HOLD)
+    stats = raced["stats"]
+    assert raced["benchmarks"] == 0
+    assert {k: stats[k] for k in ("hits", "misses", "written", "errors")} == {
+        "hits": 2, "misses": 0, "written": 0, "errors": 0}
+    assert raced["chosen"] == _winners(signed_tiny_sweep)
+    assert stats["prefetch_waits"] >= 1 and stats["prefetch_wait_s"] > 0  # it started before the prefetch ended
+    assert stats["prefetched_rows"] >= 2
+    assert stats["store_wait_s"] == 0.0  # every lookup was answered from memory, none by the database
+    assert not _warnings(raced)
+    _right_output(raced)
+
+
+def test_artifacts_verified_by_the_prefetch_are_loaded_by_a_racing_compile(
+        signed_tiny_sweep: str, signing_keys: dict[str, Path], tmp_path: Path) -> None:
+    trusted = {**HOLD, "AUTOTUNE_TRUSTED_KEYS": str(signing_keys["writer.pub"])}
+    raced = job(tmp_path, "--cache", signed_tiny_sweep, name="artifacts", env=trusted)
+    stats = raced["stats"]
+    assert raced["benchmarks"] == 0
+    assert stats["artifacts_loaded"] >= 1 and stats["artifacts_rejected"] == 0 and stats["errors"] == 0
+    assert stats["prefetched_artifacts"] >= 1 and stats["prefetch_waits"] >= 1
+    assert not _warnings(raced)
+    _right_output(raced)
+
+
+def test_a_bad_signature_costs_one_warning_and_nothing_else(signed_tiny_sweep: str, signing_keys: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    path = Path(signed_tiny_sweep.removeprefix("sqlite:///"))
+    tampered = copy_sqlite(path, tmp_path / "tampered.db")
+    with sqlite3.connect(tampered.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE artifacts SET signature = randomblob(length(signature)) WHERE signature IS NOT NULL")
+    env = {"AUTOTUNE_TRUSTED_KEYS": str(signing_keys["writer.pub"])}
+    report = job(tmp_path, "--cache", tampered, name="tampered", env=env)
+    stats = report["stats"]
+    warnings = _warnings(report)
+    assert len(warnings) == 1 and "rejected a" in warnings[0], warnings
+    assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] >= 1
+    assert stats["prefetched_artifacts"] == 0  # verified in the background, and refused
+    assert report["benchmarks"] == 0 and stats["hits"] == 2 and stats["errors"] == 0  # the winners still serve
+    _right_output(report)
+
+
+def test_a_cache_that_is_down_costs_the_prefetch_one_warning_and_no_lookup_waits(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import autotune
+
+    caplog.set_level(logging.WARNING, logger="autotune")
+    handle = autotune.warm_start("postgresql://postgres@127.0.0.1:1/test")  # nothing listens on port 1
+    try:
+        prefetch = handle._policy.prefetch
+        assert prefetch is not None and prefetch.wait_done(60)
+        env = Environment("cpu", "a cpu", torch.__version__, None, None, "hash", "config")
+        began = time.perf_counter()
+        assert handle._policy._lookup_stored(env, "a request") is None  # the cache is off: no query, no wait
+        assert time.perf_counter() - began < 0.5
+        assert handle.stats.errors == 1 and handle.stats.prefetch_waits == 0
+    finally:
+        handle.uninstall()
+    warnings = [r for r in caplog.records if r.name.startswith("autotune") and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "kernel cache unavailable" in warnings[0].getMessage()
+
+
+def test_exit_does_not_wait_for_a_prefetch_in_flight(tmp_path: Path) -> None:
+    code = ("import time, autotune\n"
+            f"handle = autotune.warm_start('sqlite:///{tmp_path / 'cache.db'}')\n"
+            "assert not handle._policy.prefetch.wait_done(0.2), 'the prefetch should be held up'\n"
+            "print(time.time(), flush=True)\n")
+    env = {**os.environ, "AUTOTUNE_FAULT_INJECT": "prefetch:hang"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    exited = time.time()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert exited - float(proc.stdout.split()[-1]) < 10.0  # torch's own teardown; never the prefetch
