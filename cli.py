@@ -15,20 +15,17 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.inductor_glue.modelfile import ModelFileError
-from autotune.plan import fmt_ms as _fmt_ms, fmt_speedup as _fmt_speedup, shape_summary
-from autotune.settings import ON_MISS, Settings, SettingsError
-from autotune.sweep_log import LogUnavailable
 from autotune.cache import (
     ARTIFACT_KINDS,
     ArtifactInfo,
@@ -44,6 +41,12 @@ from autotune.cache import (
 from autotune.cache.errors import MalformedRow
 from autotune.cache.signing import KeyFileError
 from autotune.cache.text import escape_control
+from autotune.inductor_glue.modelfile import ModelFileError
+from autotune.plan import fmt_ms as _fmt_ms
+from autotune.plan import fmt_speedup as _fmt_speedup
+from autotune.plan import shape_summary
+from autotune.settings import ON_MISS, Settings, SettingsError
+from autotune.sweep_log import LogUnavailable
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from autotune.cache import protocols
 from autotune.cache.errors import MalformedRow, or_malformed
@@ -40,9 +41,8 @@ from autotune.cache.records import (
 )
 from autotune.cache.signing import OK, Signer, TrustedKeys
 from autotune.cache.text import escape_control
-
-from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue import seams
+from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue.patching import StackedPatch
 
 if TYPE_CHECKING:

@@ -28,10 +28,10 @@ import inspect
 import logging
 import os
 import pickle
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from autotune.cache.records import ARTIFACT_DYNAMO
-
 from autotune.inductor_glue import seams
 from autotune.inductor_glue.patching import StackedPatch
 

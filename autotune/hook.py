@@ -20,8 +20,9 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from autotune.cache import protocols
 from autotune.cache.errors import MalformedRow, or_malformed
@@ -33,8 +34,10 @@ from autotune.cache.records import (
     TuningRequest,
     TuningResult,
 )
+from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 from autotune.cache.text import escape_control
-
+from autotune.inductor_glue import seams
+from autotune.inductor_glue.fusion import PREFIX as FUSION_PREFIX
 from autotune.inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
@@ -44,11 +47,8 @@ from autotune.inductor_glue.inductor import (
     install,
     uninstall,
 )
-from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
-
-from autotune.inductor_glue import seams
-from autotune.inductor_glue.fusion import PREFIX as FUSION_PREFIX
 from autotune.inductor_glue.pinning import Pin, PinIndex
+
 from .plan import shape_summary
 from .settings import Settings, load_keys
 
@@ -311,7 +311,7 @@ class ServePolicy:
             return None
         winner = stored.winner
         missing = winner is not None and all(choice_hash(c) != winner.choice_hash for c in choices)
-        if missing and request.key not in self._warned_winners:
+        if winner is not None and missing and request.key not in self._warned_winners:
             self._warned_winners.add(request.key)  # Inductor asks twice; say it once
             self.stats.winner_not_generated += 1
             log.warning("autotune: the stored winner %s of %s was not generated; using the best of the rest",
@@ -324,7 +324,7 @@ class ServePolicy:
             held = self.prefetch.result(env.key, key)
             if held is not None:
                 return held
-        return self._call(lambda store: or_malformed(lambda: store.lookup(env, key)))  # type: ignore[no-any-return]
+        return self._call(lambda store: or_malformed(lambda: store.lookup(env, key)))
 
     def _time_in_graph(self, stored: TuningResult, benchmark: Benchmark | None,
                        default: Callable[[], Timings]) -> Timings:
@@ -460,8 +460,9 @@ class ServePolicy:
     # --- pointwise/reduction configs -------------------------------------------------
     def load_kernel_configs(self, device: str) -> None:
         """Write the stored configs for device into Inductor's cache dir, before any compile."""
-        from . import kernel_configs
         from autotune.inductor_glue.env import kernel_config_environment
+
+        from . import kernel_configs
 
         if not self.settings.kernel_configs:
             return
@@ -696,7 +697,6 @@ class WarmStart:
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None, *, prefetch: bool = False) -> None:
         from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
-
         from autotune.inductor_glue.inductor import benchmarks_run
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers

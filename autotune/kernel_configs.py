@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from autotune.inductor_glue import descent, seams
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic

@@ -28,13 +28,23 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any
 
+from autotune.inductor_glue.capture import (
+    Session,
+    _run_once,
+    build_session,
+    compile_sessions,
+    fresh_inductor,
+    marked_calls,
+    session_variants,
+    tune_only_shard,
+)
 from autotune.inductor_glue.distributed import DistributedSpec, job_process_group, wrap
-from autotune.inductor_glue.capture import (Session, _run_once, build_session, compile_sessions, fresh_inductor,
-                                   marked_calls, session_variants, tune_only_shard)
 from autotune.inductor_glue.modelfile import ModelFile
+
 from .settings import Settings
 
 log = logging.getLogger(__name__)

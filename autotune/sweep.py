@@ -30,7 +30,6 @@ from autotune.cache.records import (
     TuningRequest,
     TuningResult,
 )
-
 from autotune.inductor_glue.distributed import DistributedSpec
 from autotune.inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 
@@ -43,8 +42,8 @@ if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: b
     from autotune.workers.spares import Spares
 
     from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
-    from .resumed_pass import ResumedPass
     from .queue import SweepQueue
+    from .resumed_pass import ResumedPass
 
 log = logging.getLogger(__name__)
 

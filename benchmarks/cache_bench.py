@@ -28,9 +28,10 @@ import tempfile
 import time
 import uuid
 from array import array
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa

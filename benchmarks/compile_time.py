@@ -36,10 +36,11 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks import deviation, harness
 from benchmarks.harness import fmt, ratio

@@ -32,9 +32,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from benchmarks import compile_time as ct
 from benchmarks import harness, zoo

@@ -13,7 +13,8 @@ compiled than eager, so its deviation says little: ``random`` marks it.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def tensors(output: Any) -> list[Any]:

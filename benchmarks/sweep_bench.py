@@ -21,8 +21,9 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks import compile_time, harness
 from benchmarks.harness import fmt

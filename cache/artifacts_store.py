@@ -8,13 +8,11 @@ is never changed, so concurrent publishers of one compiled graph need no lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
-
-import functools
-from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, bindparam, func, select
@@ -120,7 +118,7 @@ def next_after(conn: Connection, last_id: int) -> tuple[int, Artifact | Malforme
         return row.id, error
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _payload_query(dialect: str) -> tuple[Reader, sa.Select[Any]]:
     """An artifact row with its payload's length in bytes, and the payload itself only when
     that length is at most :max_bytes (NULL: any). PostgreSQL's octet_length reads a stored

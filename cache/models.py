@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from typing import Any, cast
 
 from sqlalchemy import (
-    Table,
     JSON,
     BigInteger,
     DateTime,
@@ -27,6 +26,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 SIGNATURE_BYTES = 64
 PUBLIC_KEY_BYTES = 32

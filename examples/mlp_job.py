@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 import mlp  # examples/mlp.py: `python examples/mlp_job.py` puts examples/ on sys.path
+import torch
 
 
 def main() -> None:

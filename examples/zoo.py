@@ -20,8 +20,9 @@ The conformance benchmark writes a small model file per entry and mode that call
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch._inductor.config

@@ -11,16 +11,17 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from autotune.cache.errors import CacheError, find_cause
 from autotune.cache.records import Environment, TuningRequest
 
-from .inductor import Benchmark, ObservedRequest, Timings, installed
-from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file
 from . import descent, seams
 from .distributed import DistributedSpec, job_process_group, wrap
+from .inductor import Benchmark, ObservedRequest, Timings, installed
+from .modelfile import DynamicDims, ModelFile, ModelFileError, load_model_file
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,9 @@ Data only: a boolean, a pin key and the answer's form, in the kernel_configs tab
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from autotune.cache.records import digest
 

@@ -22,8 +22,9 @@ import logging
 import math
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch._inductor import select_algorithm as sa

@@ -17,9 +17,10 @@ import importlib.util
 import inspect
 import keyword
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_ENTRY = "example"
 DYNAMIC_DIMS = "DYNAMIC_DIMS"  # the module-level name

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from autotune.cache.records import Environment, digest
 
-from .fusion import DecisionBook
 from . import seams
+from .fusion import DecisionBook
 from .patching import StackedPatch
 
 log = logging.getLogger(__name__)

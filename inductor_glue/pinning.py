@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from autotune.cache.records import digest
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 AHEAD_CALLS = 8  # calls the CPU queues while the GPU sleeps: their timings carry no launch
 SLEEP_CYCLES_PER_MS = 2_000_000  # a data-centre GPU's SM clock (~2 GHz); a slower clock sleeps longer

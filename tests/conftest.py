@@ -271,3 +271,21 @@ def copy_sqlite(source: Path, target: Path) -> str:
 def signed_tiny_sweep(_signed_tiny_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """This module's own copy of the session's signed sweep of the tiny model."""
     return copy_sqlite(_signed_tiny_cache, tmp_path_factory.mktemp("swept") / "cache.db")
+
+
+# ------------------------------------------------------------ the full suite and CI's
+
+
+FULL_SUITE = os.environ.get("AUTOTUNE_TEST_FULL") == "1"
+SLOW_REASON = ("slow: a scenario another test covers in part; runs in the full suite "
+               "(AUTOTUNE_TEST_FULL=1 python -m pytest tests -n 2 --dist loadgroup), not in CI's 15 minutes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` are skipped, with the reason printed, unless AUTOTUNE_TEST_FULL=1."""
+    if FULL_SUITE:
+        return
+    skip = pytest.mark.skip(reason=SLOW_REASON)
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

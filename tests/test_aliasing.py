@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import torch
+from factories import make_env, make_result
 
 from autotune.cache import Store
 from autotune.cache.records import InputLayout, TuningRequest, digest
 from autotune.cache.validation import check_request
-from factories import make_env, make_result
 
 ALIAS_MODEL = str(Path(__file__).parent / "models" / "tiny_alias.py")
 

@@ -17,13 +17,13 @@ import pytest
 import sqlalchemy as sa
 import torch
 from click.testing import CliRunner
+from test_hook import TINY, job
 
 from autotune import cli
 from autotune.artifacts import ArtifactTier
-from autotune.hook import HookStats
 from autotune.cache import Store, signing
 from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
-from test_hook import TINY, job
+from autotune.hook import HookStats
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -234,6 +234,7 @@ def test_flipped_bytes_in_every_artifact_are_compiled_instead(signed_sweep: str,
     torch.testing.assert_close(torch.load(result["output"]), plain_output)
 
 
+@pytest.mark.slow
 def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(
         signed_sweep: str, readonly_postgres_url: tuple[str, str], tmp_path: Path, keys: dict[str, Path],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,8 +262,8 @@ def test_a_pass_that_withholds_its_artifacts_publishes_none_and_keeps_its_data(
     compiling it (autotune/pointwise.py): none is stored, queued or later, while its data
     writes (here a GEMM winner written back) are kept; the compile after it publishes."""
     from autotune.hook import warm_start_for_pass
-    from autotune.settings import Settings
     from autotune.inductor_glue.capture import fresh_inductor
+    from autotune.settings import Settings
 
     url = f"sqlite:///{tmp_path / 'pass.db'}"
     settings = Settings(cache=url, signing_key=str(keys["writer"]))

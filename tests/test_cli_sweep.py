@@ -84,6 +84,7 @@ def _autotune_run(tmp_path: Path, *args: str, then: str = "", **env: str) -> sub
                            "--epochs", "3"], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_run_executes_the_script_with_the_hook(sqlite_url: str, tmp_path: Path) -> None:
     proc = _autotune_run(tmp_path, "--cache", sqlite_url, then="print('args', sys.argv[1:])\nsys.exit(3)\n",
                          AUTOTUNE_ON_MISS="aten")

@@ -22,7 +22,7 @@ from autotune.workers.faults import FAULT_ENV
 from benchmarks.cluster_run import Cluster, spread  # a token-auth cluster of `ray start` nodes, as a team runs one
 
 # Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
-pytestmark = pytest.mark.xdist_group("cluster")
+pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(Path(__file__).parent / "models" / "tiny_mlp.py")

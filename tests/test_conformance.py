@@ -241,6 +241,7 @@ def test_a_baseline_that_timed_out_leaves_the_warm_start_judged(conf: ModuleType
     assert by_goal[("latency within 3% of cold max-autotune", "static")]["met"] is None  # no cold latency
 
 
+@pytest.mark.slow
 def test_cpu_subset_end_to_end(tmp_path: Path) -> None:
     """A real sweep and a real warm-start process on the CPU subset's tiny model(s), static
     shapes (the dynamic modes are served end to end in tests/test_dynamic.py; here they

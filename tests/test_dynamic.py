@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from autotune.cache import Store
 from conftest import REPO, TINY, copy_sqlite
 from test_hook import job
+
+from autotune.cache import Store
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -54,6 +54,7 @@ def test_dynamic_true_is_served_without_benchmarking(swept_dynamic: str, tmp_pat
     assert (report["stats"]["hits"], report["stats"]["misses"], report["benchmarks"]) == (2, 0, 0), report["stats"]
 
 
+@pytest.mark.slow
 def test_a_changed_batch_size_recompiles_and_is_served_without_benchmarking(swept_dynamic: str,
                                                                               tmp_path: Path) -> None:
     """Batch 8 (the static graph), then batch 16: the dynamic recompile hits too."""

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from autotune.cache import Store
 from conftest import dynamic_sweep
 from test_hook import job
+
+from autotune.cache import Store
+
+pytestmark = pytest.mark.slow
 
 BLOCK = str(Path(__file__).parent / "models" / "tiny_block.py")
 

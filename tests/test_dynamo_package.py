@@ -25,7 +25,7 @@ from autotune.cache.records import ARTIFACT_DYNAMO
 
 MODEL = REPO / "tests" / "models" / "tiny_packaged.py"
 
-pytestmark = pytest.mark.xdist_group("dynamo-package")
+pytestmark = [pytest.mark.xdist_group("dynamo-package"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

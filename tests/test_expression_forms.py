@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from autotune.cache import Store
 from conftest import dynamic_sweep
 from test_hook import job
 
-pytestmark = pytest.mark.xdist_group("tiny_two_widths")
+from autotune.cache import Store
+
+pytestmark = [pytest.mark.xdist_group("tiny_two_widths"), pytest.mark.slow]
 MODEL = str(Path(__file__).parent / "models" / "tiny_two_widths.py")
 PLAIN, DIVIDED = "s77*((s53//4))**2", "s77*((s53//4))*(((((s53//4))**2)//((s53//4))))"
 

@@ -87,6 +87,7 @@ def test_job_sigkilled_mid_write_back_leaves_nothing_half_written(postgres_url: 
     _passed(faults.killed_job_mid_write_back(postgres_url, size(1, 3), tmp_path, then_write=FULL))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", size(["sqlite"], ["sqlite", "postgres"]))
 def test_sigkilled_sweep_and_tuning_child(backend: str, request: pytest.FixtureRequest, tmp_path: Path,
                                           uncached_cxx: None) -> None:
@@ -121,6 +122,7 @@ def test_read_only_filesystem_is_one_line(tmpfs: Path) -> None:
     _passed(faults.read_only_file(tmpfs))
 
 
+@pytest.mark.slow
 def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
     """A real sweep into a full disk: one Error line, no traceback, the summary counts
     stored / not stored / not run, exit 1, and the file stays intact."""

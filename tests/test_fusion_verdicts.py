@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import torch
 from torch._inductor import ir
-from torch._inductor.virtualized import V
 from torch._inductor.scheduler import FusionResult, Scheduler
+from torch._inductor.virtualized import V
 
 from autotune.hook import ServePolicy, warm_start
-from autotune.settings import Settings
 from autotune.inductor_glue import fusion, padding, pinning
+from autotune.settings import Settings
 
 
 class _Choice:

@@ -93,9 +93,9 @@ def test_the_pass_tunes_the_dynamic_graphs_kernels_so_jobs_in_every_mode_tune_no
     """On an H200 (conformance, 2026-11-26) the pass compiled only static graphs, so a job's
     automatic-dynamic recompile tuned 21 pointwise kernels of the MLP-Mixer and a
     ``dynamic=True`` job 22: their kernels' sources have symbolic sizes, so other keys."""
+    from autotune.inductor_glue.modelfile import load_model_file
     from autotune.pointwise import tune_pointwise
     from autotune.settings import Settings
-    from autotune.inductor_glue.modelfile import load_model_file
 
     (tmp_path / "normed.py").write_text(NORMED)
     model = load_model_file(str(tmp_path / "normed.py"))

@@ -72,10 +72,10 @@ def _counting_scales(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_served_register_heavy_reduction_is_not_tuned_again(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.hook import warm_start
-    from autotune.pointwise import tune_pointwise
-    from autotune.settings import Settings
     from autotune.inductor_glue.capture import fresh_inductor
     from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.pointwise import tune_pointwise
+    from autotune.settings import Settings
 
     scaled = _counting_scales(monkeypatch)
     (tmp_path / "norms.py").write_text(NORMS)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
+from autotune.cache import Store
 from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
-from autotune.cache import Store
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -87,6 +87,7 @@ def test_on_miss_aten_takes_aten_without_benchmarking_and_logs_misses(sqlite_url
     assert all(m["request"].startswith("packed_linear ") and m["strides"] for m in report["stats"]["missed"])
 
 
+@pytest.mark.slow
 def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> None:
     report = job(tmp_path, "--cache", sqlite_url, "--on-miss", "error", check=False)
     assert report["returncode"] != 0
@@ -183,6 +184,7 @@ def test_database_stopped_mid_job_warns_and_compiles(postgres_url: str, tmp_path
     assert report["stats"]["misses"] == 3  # two before the cut, one after (served by ATen)
 
 
+@pytest.mark.slow
 def test_sweep_misses_tunes_what_jobs_logged(sqlite_url: str, tmp_path: Path) -> None:
     import ray
 
@@ -201,14 +203,16 @@ def test_sweep_misses_tunes_what_jobs_logged(sqlite_url: str, tmp_path: Path) ->
     assert served["stats"]["hits"] == 2 and served["benchmarks"] == 0
 
 
+@pytest.mark.slow
 def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_marks_its_pass_finished(
         swept: str, tmp_path: Path) -> None:
     import dataclasses
 
-    from autotune import pass_marks
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
     from conftest import copy_sqlite
+
+    from autotune import pass_marks
     from autotune.inductor_glue.env import kernel_config_environment
+    from autotune.pointwise import PointwiseProcess, PointwiseSpec
 
     # On CPU there are no pointwise configs to tune; this runs the sweep's last step
     # end to end: a fresh process that loads the model, waits for the word, compiles
@@ -229,6 +233,7 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
         assert pass_marks.resumable(pass_marks.read(store, env), [spec]) == []
 
 
+@pytest.mark.slow
 def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
 
@@ -238,16 +243,18 @@ def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
     assert process.proc.wait(timeout=120) == 0
 
 
+@pytest.mark.slow
 def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_mark(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep cut at its deadline sends its end-to-end pass SIGTERM. The pass holds its
     writes until a compile ends (hook.py), and a stop used to lose them all: now its compile
     stores them, it reports, and a later sweep's pass (unmarked) goes on from them."""
+    from conftest import copy_sqlite
+
     from autotune import pass_marks
     from autotune.in_graph import SOURCE
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
-    from conftest import copy_sqlite
     from autotune.inductor_glue.env import kernel_config_environment
+    from autotune.pointwise import PointwiseProcess, PointwiseSpec
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "stopped.db")
     spec = PointwiseSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",
@@ -264,6 +271,7 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
     assert all(sources[v["request_key"]] == SOURCE for v in report.verdicts)  # stored before it stopped
 
 
+@pytest.mark.slow
 def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
@@ -284,13 +292,15 @@ def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
     assert process.proc.returncode == 0  # it reported and exited; it was not killed
 
 
+@pytest.mark.slow
 def test_the_pass_times_served_gemms_in_the_graph_and_jobs_weigh_its_verdict(swept: str, tmp_path: Path) -> None:
     """The end-to-end pass (on GPUs by default; asked for here on CPU) times each served
     request's choices in its own process and stores that verdict; a job then weighs those
     figures, benchmarking nothing (autotune/in_graph.py)."""
+    from conftest import copy_sqlite
+
     from autotune.in_graph import SOURCE
     from autotune.pointwise import PointwiseProcess, PointwiseSpec
-    from conftest import copy_sqlite
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "verdict.db")
     spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu", time_in_graph=True)

@@ -10,12 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from autotune.pointwise import PointwiseReport, Shard, merge_reports, plan_lanes
-from autotune.queue import SweepQueue
 from autotune.cache import Store
 from autotune.cache.leases import CLAIMED, DONE, TAKEN
 from autotune.cache.records import InputLayout, TuningRequest
 from autotune.inductor_glue.capture import kernel_owner
+from autotune.pointwise import PointwiseReport, Shard, merge_reports, plan_lanes
+from autotune.queue import SweepQueue
 from autotune.workers.jobs import TuneJob
 
 WORKER = str(Path(__file__).parent / "lease_worker.py")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from autotune.nearest import MAX_RATIO, NearestIndex, distance, match_choice
-from autotune.cache import Store
-from autotune.cache.records import CandidateResult, InputLayout
 from factories import make_request, make_result
 from test_hook import job
+
+from autotune.cache import Store
+from autotune.cache.records import CandidateResult, InputLayout
+from autotune.nearest import MAX_RATIO, NearestIndex, distance, match_choice
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.

@@ -8,11 +8,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from factories import make_env
 
 from autotune import pass_marks
-from autotune.pointwise import PointwiseSpec
 from autotune.cache.store import Store
-from factories import make_env
+from autotune.pointwise import PointwiseSpec
 
 
 def _spec(model: Path, **changes: object) -> PointwiseSpec:

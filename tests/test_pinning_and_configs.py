@@ -15,11 +15,11 @@ from torch._inductor import select_algorithm as sa
 from torch._inductor.runtime.autotune_cache import AutotuneCache
 
 from autotune import kernel_configs
-from autotune.inductor_glue import pinning
-from autotune.hook import ServePolicy
-from autotune.settings import Settings
 from autotune.cache import Store
 from autotune.cache.records import CandidateResult, TuningResult
+from autotune.hook import ServePolicy
+from autotune.inductor_glue import pinning
+from autotune.settings import Settings
 
 
 def _with_pins(result: TuningResult, family: str) -> TuningResult:

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import copy_sqlite
+
 from autotune.cache import Store
 from autotune.cache.records import Environment
-from conftest import copy_sqlite
 
 # It copies the session's signed sweep, as tests/test_hook.py does: one xdist worker makes it.
 pytestmark = pytest.mark.xdist_group("signed_hook")

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import autotune
+import autotune.cache
+import autotune.inductor_glue
+import autotune.workers
 from autotune import cli
 from autotune.cache import Store
 from autotune.inductor_glue import seams
@@ -20,9 +24,11 @@ from autotune.inductor_glue import seams
 pytestmark = pytest.mark.torch_subset
 
 TESTS = Path(__file__).parent
-ROOT = TESTS.parent
-SOURCES = [ROOT / "cli.py", *(p for folder in ("autotune", "workers", "inductor_glue", "cache")
-                              for p in (ROOT / folder).rglob("*.py") if not p.is_symlink())]
+# The product's modules where this process imports them: the checkout under an editable
+# install, site-packages under the wheel (the torch subset runs from a copy of the tests).
+PACKAGES = [Path(module.__file__).resolve().parent for module in (autotune, autotune.cache, autotune.workers,
+                                                                  autotune.inductor_glue)]
+SOURCES = sorted({p.resolve() for folder in PACKAGES for p in folder.rglob("*.py")})
 # Deleted in the subprocess below: a patch seam of a feature a CPU job uses, whose absence
 # leaves torch's own compile intact (torch calls it only with caching_precompile on).
 DELETED = seams.PACKAGE_LOAD
@@ -72,7 +78,7 @@ def test_every_private_torch_import_in_the_code_is_a_declared_seam() -> None:
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names if _private(a.name) and not covered(a.name)]
             if names:
-                undeclared.setdefault(str(source.relative_to(ROOT)), []).extend(names)
+                undeclared.setdefault(str(source), []).extend(names)
     assert undeclared == {}
 
 

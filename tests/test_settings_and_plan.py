@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cache.records import InputLayout, TuningRequest
 from autotune.plan import dedupe, make_plan, shape_summary
 from autotune.settings import Settings, SettingsError
-from autotune.cache.records import InputLayout, TuningRequest
 
 
 def _request(op: str = "mm", m: int = 64, hashes: tuple[str, ...] = ("a", "b")) -> TuningRequest:
@@ -16,7 +16,7 @@ def _request(op: str = "mm", m: int = 64, hashes: tuple[str, ...] = ("a", "b")) 
         InputLayout((m, 128), (128, 1), 0, "torch.bfloat16", "cuda"),
         InputLayout((128, 256), (256, 1), 0, "torch.bfloat16", "cuda"),
     )
-    key = repr([(l.device, l.dtype, *l.sizes, *l.strides, l.offset) for l in layouts])
+    key = repr([(lay.device, lay.dtype, *lay.sizes, *lay.strides, lay.offset) for lay in layouts])
     return TuningRequest(op, key, "highest", layouts, {}, hashes)
 
 
@@ -60,8 +60,9 @@ def test_shape_summary_reads_like_the_op() -> None:
 
 
 def test_an_in_graph_verdict_weighs_only_the_choices_timed_in_the_graph() -> None:
-    from autotune.in_graph import SOURCE, verdict
     from factories import make_result
+
+    from autotune.in_graph import SOURCE, verdict
 
     # Isolated: ATen 1.0 ms, three templates at 0.9, 0.8 and 0.7 ms (the winner).
     stored = make_result(times=[1.0, 0.9, 0.8, 0.7])

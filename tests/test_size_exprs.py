@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import dynamic_sweep
+from test_hook import job
 
 from autotune.cache import Store
 from autotune.cache.records import InputLayout
-from conftest import dynamic_sweep
-from test_hook import job
 from autotune.workers.size_exprs import UnsupportedExpression, evaluate, flat_carrier_for, parse
 
 pytestmark = pytest.mark.xdist_group("tiny_patches")
@@ -96,6 +96,7 @@ def example(batch_size=None):
 """
 
 
+@pytest.mark.slow
 def test_a_sliced_sequence_is_reproduced_from_its_expression(tmp_path: Path) -> None:
     """A sliced sequence gives M = s77*(s27 - 1), which no input dimension can carry; the
     worker rebuilds it from s77 and s27 and tunes it under the model's key (it was a
@@ -121,6 +122,7 @@ def swept_patches(tmp_path_factory: pytest.TempPathFactory) -> str:
     return dynamic_sweep(PATCHES, tmp_path_factory.mktemp("patches"))
 
 
+@pytest.mark.slow
 def test_the_dynamic_sweep_captures_both_ways_a_square_image_is_made_dynamic(swept_patches: str) -> None:
     """Height and width have one size (16), so dynamic=True and mark_dynamic compile different
     graphs: the sweep captures and tunes both, each under the model's own expression."""
@@ -135,6 +137,7 @@ def _served(report: dict) -> tuple[int, int, int, int]:  # type: ignore[type-arg
     return (report["stats"]["hits"], report["stats"]["misses"], report["benchmarks"], report["frames_compiled"])
 
 
+@pytest.mark.slow
 def test_dynamic_true_on_images_is_served_without_benchmarking(swept_patches: str, tmp_path: Path) -> None:
     """dynamic=True at 16x16, then 24x24 images on the same graph: no recompile, no benchmark."""
     report = job(tmp_path, "--cache", swept_patches, "--model", "tiny_patches", "--dynamic",
@@ -144,6 +147,7 @@ def test_dynamic_true_on_images_is_served_without_benchmarking(swept_patches: st
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_mark_dynamic_on_images_is_served_without_benchmarking(swept_patches: str, tmp_path: Path) -> None:
     report = job(tmp_path, "--cache", swept_patches, "--model", "tiny_patches", "--mark-dynamic")
     assert _served(report) == (2, 0, 0, 1), report["stats"]

@@ -28,8 +28,8 @@ from autotune.cache import (
     resolve_cache_url,
 )
 from autotune.cache.models import Base
-from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
 from autotune.cache.models import requests as requests_table
+from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
 from autotune.cache.schema import MIGRATIONS_DIR, head_revision
 from autotune.cache.url import local_directory
 from autotune.settings import Settings

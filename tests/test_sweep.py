@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cache import Store
 from autotune.settings import Settings
 from autotune.sweep import SweepOptions, run_sweep
-from autotune.cache import Store
 from autotune.workers.faults import FAULT_ENV
 from autotune.workers.jobs import TuneJob
 
@@ -129,6 +129,7 @@ def _tiny_cpu_jobs() -> list[TuneJob]:
     return [TuneJob(r, captured.env, captured.mode, model.config_overrides, "cpu") for r in captured.requests]
 
 
+@pytest.mark.slow
 def test_an_actor_with_two_lanes_tunes_two_requests_at_once() -> None:
     """--jobs-per-gpu: while one lane's request hangs, the other lane's request is tuned and
     comes back (on CPU here, where a sweep keeps one lane; the lanes work the same)."""

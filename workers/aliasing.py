@@ -15,8 +15,8 @@ one-op graph takes one tensor per buffer and makes the views inside the compiled
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 

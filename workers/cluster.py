@@ -64,7 +64,7 @@ def _check_tcp(address: str, host: str, port: int) -> None:
     try:
         with socket.create_connection((host, port), timeout=TCP_TIMEOUT_S):
             return
-    except socket.timeout:
+    except TimeoutError:
         why = f"no answer within {TCP_TIMEOUT_S:.0f} s"
     except OSError as exc:
         why = exc.strerror or str(exc)

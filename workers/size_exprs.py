@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 

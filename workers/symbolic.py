@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 

@@ -22,19 +22,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.inductor_glue import padding
-from autotune.inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
-from autotune.inductor_glue.pinning import fastest_template
-from autotune.inductor_glue.timing import kernel_bound_timing
-from autotune.inductor_glue.inductor import (
-    Benchmark,
-    ObservedRequest,
-    Timings,
-    choice_hash,
-    choice_kind,
-    describe_choice,
-    installed,
-)
 from autotune.cache.records import (
     STATUS_FAILED,
     STATUS_INVALID,
@@ -46,6 +33,19 @@ from autotune.cache.records import (
     TuningRequest,
     TuningResult,
 )
+from autotune.inductor_glue import padding
+from autotune.inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from autotune.inductor_glue.inductor import (
+    Benchmark,
+    ObservedRequest,
+    Timings,
+    choice_hash,
+    choice_kind,
+    describe_choice,
+    installed,
+)
+from autotune.inductor_glue.pinning import fastest_template
+from autotune.inductor_glue.timing import kernel_bound_timing
 
 from .gpu_lock import gpu_timing_turn
 from .jobs import TuneJob

@@ -8,12 +8,13 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sqlalchemy import Connection
+
 from autotune.cache import artifacts_store
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
 from autotune.cache.records import MAX_ARTIFACT_BYTES, Artifact, ArtifactInfo, Listing
 from autotune.cache.store._connection import StoreBase, db_errors
-from sqlalchemy import Connection
 
 log = logging.getLogger(__name__)
 

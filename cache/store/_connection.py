@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, exc, text
+from sqlalchemy.dialects import postgresql, sqlite
+
 from autotune.cache import schema
 from autotune.cache.errors import (
     CacheError,
@@ -35,8 +38,6 @@ from autotune.cache.store._engine import (
     parse_url,
 )
 from autotune.cache.url import resolve_cache_url
-from sqlalchemy import Connection, Engine, exc, text
-from sqlalchemy.dialects import postgresql, sqlite
 
 log = logging.getLogger(__name__)
 

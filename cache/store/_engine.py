@@ -10,9 +10,10 @@ import sqlite3
 import time
 from typing import Any
 
-from autotune.cache.errors import CacheUnavailable, one_line
 from sqlalchemy import Connection, Engine, event, exc
 from sqlalchemy.engine import URL, make_url
+
+from autotune.cache.errors import CacheUnavailable, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sqlalchemy import Connection, bindparam, select
+
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import environments as E
 from autotune.cache.records import Environment
 from autotune.cache.store._connection import StoreBase
 from autotune.cache.store._reading import ENVIRONMENTS, env_from_row
 from autotune.cache.store._rows import BATCH, chunks, env_values
-from sqlalchemy import Connection, bindparam, select
 
 _ENV_ID = select(E.c.id).where(E.c.key == bindparam("key"))
 

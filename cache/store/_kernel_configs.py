@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Connection
+
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import kernel_configs as K
 from autotune.cache.records import Environment, KeyedListing, utcnow
@@ -11,7 +13,6 @@ from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
 from autotune.cache.store._reading import Reader, checking, kernel_config_from_values
 from autotune.cache.store._rows import json_safe
-from sqlalchemy import Connection
 
 KERNEL_CONFIGS = Reader(K.c.id, K.c.env_id, K.c.key, K.c.value)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection, delete, func, select
+
 from autotune.cache import artifacts_store, jsonl, schema
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import artifacts as A
@@ -30,7 +32,6 @@ from autotune.cache.store._kernel_configs import KERNEL_CONFIGS, KernelConfigsMi
 from autotune.cache.store._reading import environment_of
 from autotune.cache.store._results import ResultsMixin
 from autotune.cache.store._rows import BATCH, chunks, env_filter, same
-from sqlalchemy import Connection, delete, func, select
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy import Connection, Engine, exc
+
 from autotune.cache import schema
 from autotune.cache.errors import CacheUnavailable, SchemaOutdated, one_line
 from autotune.cache.store._connection import StoreBase, db_errors
 from autotune.cache.store._engine import SQLITE_BUSY_TIMEOUT_S, WRITE_OPT
-from sqlalchemy import Connection, Engine, exc
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from sqlalchemy import Connection
+
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import misses as M
 from autotune.cache.records import (
@@ -17,7 +19,6 @@ from autotune.cache.store._connection import db_errors
 from autotune.cache.store._envs import EnvironmentsMixin
 from autotune.cache.store._reading import MISSES, environment_of, miss_from_row
 from autotune.cache.store._rows import request_values
-from sqlalchemy import Connection
 
 
 class MissesMixin(EnvironmentsMixin):

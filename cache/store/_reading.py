@@ -18,6 +18,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.types import NullType
+
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import candidates as C
 from autotune.cache.models import environments as E
@@ -44,8 +47,6 @@ from autotune.cache.validation import (
     is_int,
     stored_time_ms,
 )
-from sqlalchemy.dialects import sqlite
-from sqlalchemy.types import NullType
 
 _SQLITE = sqlite.dialect()
 _STR, _OPT_STR, _OPT_NUM = (str,), (str, NULL), (int, float, NULL)
@@ -68,7 +69,7 @@ _CANDIDATE: Spec = {name: (types, True) for name, (types, _) in CANDIDATE.items(
 Selected = sa.Column[Any] | sa.Label[Any]  # a column, or an expression named like one
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sqlite_decoder(column: Selected) -> Callable[[Any], Any] | None:
     return column.type.dialect_impl(_SQLITE).result_processor(_SQLITE, None)
 

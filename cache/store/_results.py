@@ -12,6 +12,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import Connection, bindparam, delete, exc, func, select
+from sqlalchemy.dialects import postgresql
+
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import candidates as C
 from autotune.cache.models import misses as M
@@ -33,8 +36,6 @@ from autotune.cache.store._rows import (
     env_filter,
     result_values,
 )
-from sqlalchemy import Connection, bindparam, delete, exc, func, select
-from sqlalchemy.dialects import postgresql
 
 log = logging.getLogger(__name__)
 

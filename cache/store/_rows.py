@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy import func, select
+
 from autotune.cache.models import environments as E
 from autotune.cache.records import (
     CandidateResult,
@@ -18,7 +20,6 @@ from autotune.cache.records import (
     TuningResult,
     utcnow,
 )
-from sqlalchemy import func, select
 
 log = logging.getLogger(__name__)
 

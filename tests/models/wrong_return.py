@@ -1,4 +1,5 @@
 import torch
 
+
 def example(batch_size=None):
     return torch.nn.Linear(4, 4)
