@@ -43,9 +43,10 @@ def test_capture_keeps_two_kernels_asked_under_one_inputs_key_apart() -> None:
         assert len(request.choice_hashes) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("entry", "ops"), [("same_shape_variants", ["linear_unary", "linear_unary"]),
-                                           pytest.param("residual", ["linear_binary"], marks=pytest.mark.slow),
-                                           pytest.param("activations", ["linear_unary"] * 5, marks=pytest.mark.slow)])
+                                           ("residual", ["linear_binary"]),
+                                           ("activations", ["linear_unary"] * 5)])
 def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: list[str]) -> None:
     """A fused GELU is reproduced as Linear + GELU, a fused residual add as Linear + add of
     another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them),

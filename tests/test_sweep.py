@@ -68,6 +68,7 @@ def test_dry_run_plans_without_tuning_or_writing(sqlite_url: str) -> None:
         assert store.list_results() == []
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_recorded_and_the_rest_finish(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
