@@ -637,6 +637,7 @@ class _NodeShare:
         self._server: node_share.NodeServer | None = None
         self._client: concurrent.futures.Future[Any] | None = None
         self._timeout = policy.settings.lookup_timeout
+        self._started = time.monotonic()
         role = node_share.node_role()
         if role is None:
             return
@@ -657,8 +658,11 @@ class _NodeShare:
             return self._server.reads
         if self._client is None:
             return None
+        # The ranks start together, but local rank 0 may open its socket seconds after this rank
+        # first asks (its imports, its device's start): early on, wait for it as long as that takes.
+        waited = max(self._timeout / 2, self._started + _NODE_START_S - time.monotonic())
         try:
-            return self._client.result(timeout=self._timeout / 2)
+            return self._client.result(timeout=waited)
         except Exception as exc:  # noqa: BLE001 - rank 0 gone or late: this rank reads the database
             log.warning("autotune: local rank 0 does not answer (%s); this rank reads the cache itself",
                         type(exc).__name__)
@@ -674,6 +678,9 @@ class _NodeShare:
 
 # How long a rank waits in the background for local rank 0's socket to appear.
 _NODE_CONNECT_S = 30.0
+# How long after its warm start a rank waits for that connection before reading the database
+# itself; later, a store call waits half the lookup timeout.
+_NODE_START_S = 20.0
 
 
 def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:

@@ -362,6 +362,23 @@ def plan_lanes(models: int, gpus: int) -> list[list[Shard]]:
     return [[Shard(model, rank, counts[model])] for model in range(models) for rank in range(counts[model])]
 
 
+def rank_copies(specs: list[PointwiseSpec], gpus: int) -> list[PointwiseSpec]:
+    """The passes a distributed GPU job's other local ranks need: rank r compiles on cuda:r, and
+    the device index is part of the FX-graph key (its inputs' devices) and of every generated
+    kernel's source (so of its tuned config's file name). A pass on cuda:0 serves rank 0 alone;
+    each further device index up to the job's world size, and this host's GPUs, gets a pass of
+    its own, which compiles and publishes as that rank will (its GEMMs are the stored winners;
+    no in-graph timing, which the cuda:0 pass does)."""
+    copies = []
+    for spec in specs:
+        if spec.device != "cuda" or not spec.distributed or spec.device_index:
+            continue
+        ranks = min(int(spec.distributed.get("world_size") or 1), max(1, gpus))
+        copies += [dataclasses.replace(spec, device_index=index, gpu=None, shard=[0, 1], time_in_graph=False)
+                   for index in range(1, ranks)]
+    return copies
+
+
 def _gpu_ids(lanes: int) -> list[str | None]:
     """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES."""
     if lanes <= 1:
@@ -400,10 +417,13 @@ class PointwisePass:
 
     def __init__(self, specs: list[PointwiseSpec], gpus: int = 1) -> None:
         splits = not any(spec.signing_key for spec in specs)
+        copies = rank_copies(specs, gpus)
+        gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
         self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)))
         gpu_ids = _gpu_ids(len(self.lanes))
         self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]
+        self.units += [[copy] for copy in copies]  # each its own lane, side by side
         self.first = [PointwiseProcess(lane[0]) for lane in self.units]
 
     @property
@@ -461,6 +481,9 @@ class PointwiseSpec:
     dynamic: bool = False  # the sweep's --dynamic: compile the graphs capture compiled
     # The sweep's --ddp/--fsdp (DistributedSpec.to_json()): compile as one rank of that job does.
     distributed: dict[str, Any] | None = None
+    # The CUDA device the pass compiles on (torch.cuda.set_device): a job's rank r compiles on
+    # cuda:r, and Inductor keys graphs and kernels by that index (``rank_copies``).
+    device_index: int = 0
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -531,6 +554,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     pin_triton_toolchain()
     model = load_model_file(spec.model_path, spec.entry)
     if spec.device == "cuda":
+        torch.cuda.set_device(spec.device_index)  # "cuda" is then cuda:<index>, as in that rank
         torch.cuda.init()
     ready, ready_at = time.perf_counter(), time.time()
     if go.readline().strip() != "go":  # the sweep ended without storing winners
@@ -555,8 +579,9 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
 
 
 def _leave_mark(spec: PointwiseSpec, settings: Settings, finished: bool) -> None:
-    """Tell later sweeps this pass began, or is done (``pass_marks``); a read-only cache takes no mark."""
-    if settings.read_only:
+    """Tell later sweeps this pass began, or is done (``pass_marks``); a read-only cache takes no
+    mark, nor does another rank's copy of a pass (``rank_copies``: the cuda:0 pass marks the model)."""
+    if settings.read_only or spec.device_index:
         return
     from autotune.cache.store import Store
     from autotune.inductor_glue.env import kernel_config_environment

@@ -109,6 +109,22 @@ def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
     assert (merged.saved, merged.saved_keys, merged.error) == (5, ["x"], "e")
 
 
+def test_a_distributed_gpu_pass_compiles_on_each_rank_device() -> None:
+    """Rank r of a GPU job compiles on cuda:r, and Inductor keys graphs and kernels by that
+    index: the sweep's pass runs once per device index, up to the job's world size and the GPUs."""
+    from autotune.pointwise import PointwiseSpec, rank_copies
+
+    def spec(device: str, world: int | None) -> PointwiseSpec:
+        dist = None if world is None else {"kind": "ddp", "world_size": world, "bucket_cap_mb": None}
+        return PointwiseSpec("m.py", "example", [None], "max-autotune", {}, True, None, device=device,
+                             distributed=dist, gpu="3")
+
+    copies = rank_copies([spec("cuda", 4)], gpus=2)
+    assert [(c.device_index, c.gpu, c.time_in_graph) for c in copies] == [(1, None, False)]
+    assert [c.device_index for c in rank_copies([spec("cuda", 8)], gpus=8)] == list(range(1, 8))
+    assert rank_copies([spec("cuda", None), spec("cpu", 2), spec("cuda", 1)], gpus=4) == []
+
+
 def test_the_pass_plans_a_timing_compile_first_and_publishes_last() -> None:
     from autotune.pointwise import Pass, plan_passes
     from autotune.settings import Settings
