@@ -226,6 +226,8 @@ class ServePolicy:
         with self._lock:
             if self._store is None:
                 shared = self._node.store() if self._node is not None else None
+                if shared is None and self._node is not None and self._node.pending:
+                    return self._open_database()  # local rank 0 is still starting: ask it next time
                 self._store = cast("protocols.Store", shared) if shared is not None else self._open_database()
             return self._store
 
@@ -637,7 +639,7 @@ class _NodeShare:
         self._server: node_share.NodeServer | None = None
         self._client: concurrent.futures.Future[Any] | None = None
         self._timeout = policy.settings.lookup_timeout
-        self._started = time.monotonic()
+        self._waited = False
         role = node_share.node_role()
         if role is None:
             return
@@ -658,16 +660,26 @@ class _NodeShare:
             return self._server.reads
         if self._client is None:
             return None
-        # The ranks start together, but local rank 0 may open its socket seconds after this rank
-        # first asks (its imports, its device's start): early on, wait for it as long as that takes.
-        waited = max(self._timeout / 2, self._started + _NODE_START_S - time.monotonic())
-        try:
+        try:  # the first ask waits a little for rank 0; while it is late, later asks do not
+            waited, self._waited = (0.0 if self._waited else self._timeout / 2), True
             return self._client.result(timeout=waited)
-        except Exception as exc:  # noqa: BLE001 - rank 0 gone or late: this rank reads the database
-            log.warning("autotune: local rank 0 does not answer (%s); this rank reads the cache itself",
-                        type(exc).__name__)
-            self._client = None
-            return None
+        except concurrent.futures.TimeoutError:
+            # The ranks start together, but local rank 0 may open its socket seconds after this
+            # rank first asks (its imports, its GPU's start): while the connection still tries,
+            # this call reads the database and the next one asks again (``pending``).
+            if self.pending:
+                return None
+            why = "TimeoutError"
+        except Exception as exc:  # noqa: BLE001 - rank 0 gone: this rank reads the database
+            why = type(exc).__name__
+        log.warning("autotune: local rank 0 does not answer (%s); this rank reads the cache itself", why)
+        self._client = None
+        return None
+
+    @property
+    def pending(self) -> bool:
+        """Still connecting to local rank 0 in the background."""
+        return self._client is not None and not self._client.done()
 
     def close(self) -> None:
         if self._server is not None:
@@ -678,9 +690,6 @@ class _NodeShare:
 
 # How long a rank waits in the background for local rank 0's socket to appear.
 _NODE_CONNECT_S = 30.0
-# How long after its warm start a rank waits for that connection before reading the database
-# itself; later, a store call waits half the lookup timeout.
-_NODE_START_S = 20.0
 
 
 def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:

@@ -277,13 +277,15 @@ def render(run: dict[str, Any]) -> list[str]:
         for scenario, result in (gpu.get(kind) or {}).items():
             for rank in (result or {}).get("ranks") or []:
                 rows.append([kind, scenario, rank.get("rank"), harness.fmt(rank.get("first_step_s")),
+                             rank.get("artifacts_loaded", "-"),
                              rank.get("hits", "-"), rank.get("misses", "-"), rank.get("inductor_benchmarks", "-"),
                              harness.fmt(rank.get("kernel_ms_per_step"), ".2f"), rank.get("database_calls", "-")])
     for rank in (gpu.get("cold-single") or {}).get("ranks") or []:
-        rows.append(["none", "cold-single", 0, harness.fmt(rank.get("first_step_s")), "-", "-",
+        rows.append(["none", "cold-single", 0, harness.fmt(rank.get("first_step_s")), "-", "-", "-",
                      rank.get("inductor_benchmarks", "-"), harness.fmt(rank.get("kernel_ms_per_step"), ".2f"), "-"])
     if rows:
-        lines += harness.table(["job", "scenario", "rank", "first step s", "hits", "misses", "benchmarks",
+        lines += harness.table(["job", "scenario", "rank", "first step s", "artifacts loaded", "hits", "misses",
+                                "benchmarks",
                                 "kernel ms/step", "db calls"], rows) + [""]
     cpu = run.get("cpu") or {}
     if cpu:
