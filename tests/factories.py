@@ -129,3 +129,21 @@ def make_result(
             source="sweep",
         ),
     )
+
+
+def help_without_torch(module: str, cwd: Any) -> str:
+    """``python -m <module> --help``'s output, run in a fresh interpreter that then checks that
+    printing the help imported no torch (a benchmark's parent process stays light)."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\n"
+            f"sys.argv = [{module.rsplit('.', 1)[-1]!r}, '--help']\n"
+            "try:\n"
+            f"    runpy.run_module({module!r}, run_name='__main__')\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -4,12 +4,11 @@ the goals, the results file and its Markdown."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from factories import help_without_torch
 
 from benchmarks import compile_time, harness
 
@@ -22,16 +21,8 @@ def ct() -> ModuleType:
 
 
 def test_help_works_without_importing_torch() -> None:
-    code = ("import runpy, sys\n"
-            "sys.argv = ['compile_time', '--help']\n"
-            "try:\n"
-            "    runpy.run_module('benchmarks.compile_time', run_name='__main__')\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert "warm-start-artifacts" in done.stdout and "--optimizer-step" in done.stdout
+    out = help_without_torch("benchmarks.compile_time", REPO)
+    assert "warm-start-artifacts" in out and "--optimizer-step" in out
 
 
 def test_scenario_list_adds_what_each_scenario_loads(ct: ModuleType) -> None:
@@ -144,16 +135,8 @@ def test_dynamic_option_and_sweep_statuses(ct: ModuleType) -> None:
 def test_prefetch_benchmark_help_goals_and_table(tmp_path: Path) -> None:
     from benchmarks import prefetch
 
-    code = ("import runpy, sys\n"
-            "sys.argv = ['prefetch', '--help']\n"
-            "try:\n"
-            "    runpy.run_module('benchmarks.prefetch', run_name='__main__')\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert "--quick" in done.stdout and "--build-seconds" in done.stdout
+    out = help_without_torch("benchmarks.prefetch", REPO)
+    assert "--quick" in out and "--build-seconds" in out
 
     def ok(first: float, whole: float, **extra: object) -> dict[str, object]:
         return {"status": "ok", "first_call_s": first, "whole_process_s": whole, **extra}

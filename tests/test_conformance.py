@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from factories import help_without_torch
 
 from benchmarks import conformance, harness
 
@@ -33,16 +34,8 @@ def _saved(path: Path) -> dict[str, Any]:
 
 
 def test_help_and_bad_input_without_torch() -> None:
-    code = ("import runpy, sys\n"
-            "sys.argv = ['conformance', '--help']\n"
-            "try:\n"
-            "    runpy.run_module('benchmarks.conformance', run_name='__main__')\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "assert 'torch' not in sys.modules, 'the parent imported torch'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert done.returncode == 0, done.stderr
-    assert "--baselines" in done.stdout and "mlp_mixer" in done.stdout
+    out = help_without_torch("benchmarks.conformance", REPO)
+    assert "--baselines" in out and "mlp_mixer" in out
     bad = subprocess.run([*MODULE, "--models", "resnet50,nope"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "unknown nope" in bad.stderr
