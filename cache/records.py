@@ -116,6 +116,8 @@ class Environment:
 # reproduced as before: their builders take weights as module parameters, and Inductor's
 # C++ template benchmark fails on a linear_binary whose input and addend are one tensor.
 ALIASED_OPS = ("mm", "bmm", "addmm", "baddbmm", "convolution")
+# The ops whose CPU inputs are recorded as graph constants where they are (``InputLayout.constant``).
+CONSTANT_OPS = ("mm", "bmm", "addmm", "baddbmm")
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,11 @@ class InputLayout:
     # with a buffer of its own. Inductor passes one buffer to the kernel then, so its source
     # differs from that of two separate tensors of the same layouts.
     alias: int | None = None
+    # A constant of the graph (a weight frozen by ``freezing``) rather than one of its inputs.
+    # Inductor's C++ GEMM templates pack a constant into blocks as they compile, so their
+    # source differs from the same GEMM's on an input. Recorded for CPU GEMMs only
+    # (``CONSTANT_OPS``): Triton's templates read either alike, and GPU keys stay as they were.
+    constant: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -154,6 +161,8 @@ class InputLayout:
             data["exprs"] = list(self.exprs)
         if self.alias is not None:  # absent where the input has its own buffer: older rows stay equal
             data["alias"] = self.alias
+        if self.constant:  # absent for an input: older rows stay equal
+            data["constant"] = True
         return data
 
     @classmethod
@@ -167,6 +176,7 @@ class InputLayout:
             symbolic=tuple(int(d) for d in data.get("symbolic", ())),
             exprs=tuple(str(e) for e in data.get("exprs", ())),
             alias=None if data.get("alias") is None else int(data["alias"]),
+            constant=data.get("constant") is True,
         )
 
 
@@ -211,6 +221,9 @@ class TuningRequest:
         aliases = self.aliases
         if aliases:  # inputs_key is the same for one buffer viewed twice and two buffers; the kernels differ
             base += ("aliases", aliases)
+        constants = tuple(i for i, layout in enumerate(self.inputs) if layout.constant)
+        if constants:  # inputs_key is the same for a frozen weight and an input; a C++ template's source differs
+            base += ("constants", constants)
         symbolic = tuple(i.symbolic for i in self.inputs)
         if not any(symbolic):
             return digest(*base)

@@ -42,6 +42,7 @@ LAYOUT: Spec = {
     "symbolic": ((list,), False),
     "exprs": ((list,), False),
     "alias": ((int, NULL), False),
+    "constant": ((bool,), False),
 }
 CANDIDATE: Spec = {
     "choice_hash": (_STR, True),
@@ -72,7 +73,7 @@ RESULT: Spec = {
     "provenance": ((dict,), True),
 }
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list",
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list", bool: "a boolean",
                NULL: "null"}
 
 
@@ -91,7 +92,8 @@ def check_fields(obj: dict[str, Any], spec: Spec, where: str) -> None:
     for name, (types, required) in spec.items():
         if name in obj:
             value = obj[name]
-            if value.__class__ is bool or not isinstance(value, types):  # a bool is an int, never in our schema
+            # A bool is an int to isinstance: it passes only where the spec names bool.
+            if (value.__class__ is bool and bool not in types) or not isinstance(value, types):
                 expected = " or ".join(_TYPE_NAMES[t] for t in types)
                 raise ValueError(f"{where}.{name} must be {expected}, got {json_type(value)}")
         elif required:

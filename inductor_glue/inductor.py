@@ -29,7 +29,14 @@ from typing import Any, Protocol
 import torch
 from torch._inductor import select_algorithm as sa
 
-from autotune.cache.records import ALIASED_OPS, CandidateResult, InputLayout, TuningRequest, request_variant
+from autotune.cache.records import (
+    ALIASED_OPS,
+    CONSTANT_OPS,
+    CandidateResult,
+    InputLayout,
+    TuningRequest,
+    request_variant,
+)
 
 from . import pinning, seams
 
@@ -167,6 +174,7 @@ def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputL
     ops of ``ALIASED_OPS`` which inputs view one buffer (``InputLayout.alias``)."""
     layouts = []
     buffers = [_buffer_name(node) if op in ALIASED_OPS else None for node in input_nodes]
+    constants = _graph_constants() if op in CONSTANT_OPS else set()
     for index, node in enumerate(input_nodes):
         key = sa.AlgorithmSelectorCache.key_of(node)
         ndim = len(node.get_size())
@@ -181,9 +189,20 @@ def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputL
                 symbolic=symbolic,
                 exprs=tuple(str(node.get_size()[d]) for d in symbolic),
                 alias=_first_alias(buffers, index),
+                constant=str(key[0]) == "cpu" and _buffer_name(node) in constants,
             )
         )
     return tuple(layouts)
+
+
+def _graph_constants() -> set[str]:
+    """The buffer names of the graph being lowered that are constants (frozen weights)."""
+    from torch._inductor.virtualized import V
+
+    try:
+        return set(V.graph.constants)
+    except Exception:  # no graph being lowered (a worker rebuilding layouts): no constants
+        return set()
 
 
 def _buffer_name(node: Any) -> str | None:

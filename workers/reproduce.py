@@ -267,7 +267,7 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
     if request.aliases:  # from here on, the request as the shared inputs see it
         graph, request = _sharing_buffers(graph, request, device, generator)
     if not any(layout.symbolic for layout in request.inputs):
-        return graph
+        return _holding_constants(graph, request)
     # The carriers hold the builder's tensors' values, so its reference still applies.
     carried = carry(graph.fn, graph.inputs, request)
     if carried is not None:
@@ -278,6 +278,33 @@ def one_op_graph(request: TuningRequest, device: str, seed: int = 0) -> OneOpGra
         return OneOpGraph(sized.module, sized.inputs, graph.reference, symbol_ids=sized.symbol_ids)
     _mark_symbolic(graph.inputs, request)  # no expressions recorded, or none that can be rebuilt
     return graph
+
+
+class _WithConstants(torch.nn.Module):
+    """``fn`` over the request's inputs, those recorded as graph constants held as frozen
+    parameters: compiled with freezing, they are constants again, as in the model."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], tensors: tuple[torch.Tensor, ...],
+                 constant: tuple[bool, ...]) -> None:
+        super().__init__()
+        self.fn, self.constant = fn, constant
+        self.held = torch.nn.ParameterList(
+            torch.nn.Parameter(t, requires_grad=False) for t, held in zip(tensors, constant) if held)
+
+    def forward(self, *free: torch.Tensor) -> torch.Tensor:
+        held, given = iter(self.held), iter(free)
+        return self.fn(*(next(held) if constant else next(given) for constant in self.constant))
+
+
+def _holding_constants(graph: OneOpGraph, request: TuningRequest) -> OneOpGraph:
+    """The graph with the request's constant inputs (``InputLayout.constant``) made constants
+    of the module; unchanged where there are none."""
+    constant = tuple(layout.constant for layout in request.inputs)
+    if not any(constant) or len(constant) != len(graph.inputs):
+        return graph
+    module = _WithConstants(graph.fn, graph.inputs, constant).eval()
+    free = tuple(t for t, held in zip(graph.inputs, constant) if not held)
+    return OneOpGraph(module, free, graph.reference, dynamic=graph.dynamic, symbol_ids=graph.symbol_ids)
 
 
 def _mark_symbolic(inputs: tuple[torch.Tensor, ...], request: TuningRequest) -> None:
