@@ -17,7 +17,26 @@ if TYPE_CHECKING:
 
 def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,
                read_only: bool = False, **kwargs: Any) -> WarmStart:
-    """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start."""
-    from .hook import warm_start as _warm_start
+    """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
-    return _warm_start(cache, on_miss=on_miss, write_back=write_back, read_only=read_only, **kwargs)
+    With the prefetch on (``AUTOTUNE_PREFETCH``, the default) it returns at once and the hook
+    installs on a thread while the script goes on; ``torch.compile`` waits for it
+    (autotune/background.py). Bad settings and key files still raise here."""
+    from typing import cast
+
+    from .settings import load_keys, warm_start_settings
+
+    settings = warm_start_settings(cache, on_miss=on_miss, write_back=write_back, read_only=read_only, **kwargs)
+    load_keys(settings)  # a bad key file raises here, in the caller
+
+    def install() -> WarmStart:
+        from .hook import _install
+
+        return _install(settings)
+
+    if not settings.prefetch:
+        return install()
+    from .background import PendingWarmStart
+
+    # It answers every attribute of a WarmStart, once installed.
+    return cast("WarmStart", PendingWarmStart(install))

@@ -50,7 +50,7 @@ from autotune.inductor_glue.inductor import (
 from autotune.inductor_glue.pinning import Pin, PinIndex
 
 from .plan import shape_summary
-from .settings import Settings, load_keys
+from .settings import Settings, load_keys, warm_start_settings
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactSeams
@@ -916,12 +916,8 @@ def warm_start(
     neither read nor written. A key file that is missing or malformed raises
     ``KeyFileError`` here, naming the file, before anything is installed.
     """
-    base = settings or Settings.from_env()
-    settings = base.replace(cache=cache, on_miss=on_miss, write_back=write_back,
-                            read_only=read_only or base.read_only,
-                            trusted_keys=tuple(trusted_keys) if trusted_keys is not None else None,
-                            signing_key=signing_key)
-    return _install(settings)
+    return _install(warm_start_settings(cache, on_miss=on_miss, write_back=write_back, read_only=read_only,
+                                        trusted_keys=trusted_keys, signing_key=signing_key, settings=settings))
 
 
 def warm_start_for_pass(settings: Settings, *, time_in_graph: bool = False) -> WarmStart:

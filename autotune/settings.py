@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -173,6 +174,16 @@ class Settings:
         if self.max_artifact_bytes < 1:
             raise SettingsError(f"max_artifact_bytes={self.max_artifact_bytes} must be at least 1 "
                                 "(AUTOTUNE_MAX_ARTIFACT_BYTES)")
+
+
+def warm_start_settings(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,
+                        read_only: bool = False, trusted_keys: Sequence[str] | None = None,
+                        signing_key: str | None = None, settings: Settings | None = None) -> Settings:
+    """A warm start's settings: ``AUTOTUNE_*`` (or ``settings``) with its arguments on top."""
+    base = settings or Settings.from_env()
+    return base.replace(cache=cache, on_miss=on_miss, write_back=write_back, read_only=read_only or base.read_only,
+                        trusted_keys=tuple(trusted_keys) if trusted_keys is not None else None,
+                        signing_key=signing_key)
 
 
 def load_keys(settings: Settings) -> tuple[TrustedKeys, Signer | None]:

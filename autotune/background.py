@@ -1,0 +1,84 @@
+"""``autotune.warm_start()`` that returns at once: the hook installs on a thread.
+
+Importing Inductor and installing the hook's seams take seconds, which a script spends
+building its model, loading weights and data, setting up its process group. So the public
+``warm_start()`` checks what it was given (settings, key files: errors still raise here),
+holds ``torch.compile`` (autotune/compile_gate.py) and returns; a thread imports the hook and
+installs it, the prefetch starting there. The first ``torch.compile`` waits for the install.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import compile_gate
+
+if TYPE_CHECKING:
+    from .hook import HookStats, WarmStart
+
+log = logging.getLogger(__name__)
+
+
+class PendingWarmStart:
+    """What ``warm_start()`` returns while the hook installs: each attribute waits for the
+    install, then is the installed ``WarmStart``'s. An install that failed leaves the job
+    unserved, with one warning, and empty stats; it never raises into the job."""
+
+    def __init__(self, install: Callable[[], WarmStart]) -> None:
+        self._done = threading.Event()
+        self._handle: WarmStart | None = None
+        release = compile_gate.hold(self._wait)
+        threading.Thread(target=self._install, args=(install, release), name="autotune-install",
+                         daemon=True).start()
+
+    def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
+        try:
+            self._handle = install()
+        except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
+            log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
+                        "max-autotune", type(exc).__name__, exc)
+        finally:
+            self._done.set()
+            release()
+
+    def _wait(self) -> None:
+        self._done.wait()
+
+    def resolved(self) -> WarmStart | None:
+        """The installed hook, once it is (None where its install failed)."""
+        self._done.wait()
+        return self._handle
+
+    @property
+    def stats(self) -> HookStats:
+        handle = self.resolved()
+        if handle is not None:
+            return handle.stats
+        from .hook import HookStats
+
+        return HookStats(errors=1)
+
+    def uninstall(self) -> None:
+        handle = self.resolved()
+        if handle is not None:
+            handle.uninstall()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        handle = self.resolved()
+        if handle is None:
+            raise AttributeError(f"{name}: the warm start's hook could not be installed")
+        return getattr(handle, name)
+
+    def __enter__(self) -> PendingWarmStart:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        return repr(self._handle) if self._done.is_set() else "WarmStart(installing)"
