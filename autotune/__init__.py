@@ -19,9 +19,9 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
                read_only: bool = False, **kwargs: Any) -> WarmStart:
     """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
-    With the prefetch on (``AUTOTUNE_PREFETCH``, the default) it returns at once and the hook
+    With ``AUTOTUNE_BACKGROUND_INSTALL=1`` (and the prefetch on) it returns at once and the hook
     installs on a thread while the script goes on; ``torch.compile`` waits for it
-    (autotune/background.py). Bad settings and key files still raise here."""
+    (autotune/background.py). Bad settings and key files raise here either way."""
     from typing import cast
 
     from .settings import load_keys, warm_start_settings
@@ -34,7 +34,7 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
         return _install(settings)
 
-    if not settings.prefetch:
+    if not (settings.prefetch and settings.background_install):
         return install()
     from .background import PendingWarmStart
 

@@ -122,6 +122,11 @@ class Settings:
     # and the trusted artifacts of this device), so that the first compile finds them in memory
     # (autotune/prefetch.py).
     prefetch: bool = True
+    # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile waits
+    # for it (autotune/background.py). Off by default: a script that calls into Inductor's
+    # internals between warm_start() and torch.compile (add_feedback_saver, say) races the
+    # install, which replaces Inductor's selector.
+    background_install: bool = False
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True

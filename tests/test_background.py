@@ -1,5 +1,6 @@
-"""``autotune.warm_start()`` returns at once and installs the hook on a thread; ``torch.compile``
-waits for the install (autotune/background.py, autotune/compile_gate.py)."""
+"""With ``AUTOTUNE_BACKGROUND_INSTALL=1``, ``autotune.warm_start()`` returns at once and installs
+the hook on a thread; ``torch.compile`` waits for the install (autotune/background.py,
+autotune/compile_gate.py). Off by default: the hook installs before warm_start() returns."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def test_torch_compile_waits_for_the_install_and_is_torchs_own_again_after(tmp_p
         return install(settings)  # type: ignore[arg-type]
 
     monkeypatch.setattr(hook, "_install", held_install)
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
     handle = autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}")
     try:
         assert isinstance(handle, background.PendingWarmStart)
@@ -50,6 +52,7 @@ def test_an_install_that_fails_is_one_warning_and_the_job_compiles_unserved(
         raise RuntimeError("no Inductor here")
 
     monkeypatch.setattr(hook, "_install", broken_install)
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
     caplog.set_level(logging.WARNING, logger="autotune")
     handle = autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}")
     out = torch.compile(lambda x: x + 1)(torch.zeros(2))
@@ -60,11 +63,13 @@ def test_an_install_that_fails_is_one_warning_and_the_job_compiles_unserved(
     assert len(warnings) == 1 and "could not be installed" in warnings[0] and "no Inductor here" in warnings[0]
 
 
-def test_without_the_prefetch_the_hook_installs_before_warm_start_returns(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("env", [{}, {"AUTOTUNE_BACKGROUND_INSTALL": "1", "AUTOTUNE_PREFETCH": "0"}])
+def test_by_default_or_without_the_prefetch_the_hook_installs_before_warm_start_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     from autotune import hook
 
-    monkeypatch.setenv("AUTOTUNE_PREFETCH", "0")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     with autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}") as handle:
         assert isinstance(handle, hook.WarmStart) and hook._active is handle
         assert not hasattr(torch.compile, "__wrapped__")
