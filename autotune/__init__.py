@@ -27,16 +27,17 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     from .settings import load_keys, warm_start_settings
 
     settings = warm_start_settings(cache, on_miss=on_miss, write_back=write_back, read_only=read_only, **kwargs)
-    load_keys(settings)  # a bad key file raises here, in the caller
 
     def install() -> WarmStart:
         from .hook import _install
 
-        return _install(settings)
+        return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
     if not (settings.prefetch and settings.background_install):
         return install()
     from .background import PendingWarmStart
+
+    load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
     return cast("WarmStart", PendingWarmStart(install))

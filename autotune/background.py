@@ -49,7 +49,7 @@ class PendingWarmStart:
 
     def resolved(self) -> WarmStart | None:
         """The installed hook, once it is (None where its install failed)."""
-        self._done.wait()
+        self._wait()
         return self._handle
 
     @property

@@ -22,9 +22,9 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch._inductor import select_algorithm as sa
@@ -173,8 +173,9 @@ def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputL
     """Layouts exactly as create_inputs_key sees them (same hints, same strides), and for the
     ops of ``ALIASED_OPS`` which inputs view one buffer (``InputLayout.alias``)."""
     layouts = []
-    buffers = [_buffer_name(node) if op in ALIASED_OPS else None for node in input_nodes]
-    constants = _graph_constants() if op in CONSTANT_OPS else set()
+    named = op in ALIASED_OPS or op in CONSTANT_OPS  # the buffer each input reads: both questions need it
+    buffers = [_buffer_name(node) if named else None for node in input_nodes]
+    constants = _graph_constants() if op in CONSTANT_OPS else ()
     for index, node in enumerate(input_nodes):
         key = sa.AlgorithmSelectorCache.key_of(node)
         ndim = len(node.get_size())
@@ -188,21 +189,21 @@ def input_layouts(input_nodes: list[Any], op: str | None = None) -> tuple[InputL
                 offset=int(key[2 + 2 * ndim]),
                 symbolic=symbolic,
                 exprs=tuple(str(node.get_size()[d]) for d in symbolic),
-                alias=_first_alias(buffers, index),
-                constant=str(key[0]) == "cpu" and _buffer_name(node) in constants,
+                alias=_first_alias(buffers, index) if op in ALIASED_OPS else None,
+                constant=str(key[0]) == "cpu" and buffers[index] in constants,
             )
         )
     return tuple(layouts)
 
 
-def _graph_constants() -> set[str]:
+def _graph_constants() -> Container[str | None]:
     """The buffer names of the graph being lowered that are constants (frozen weights)."""
     from torch._inductor.virtualized import V
 
     try:
-        return set(V.graph.constants)
+        return cast("Container[str | None]", V.graph.constants)
     except Exception:  # no graph being lowered (a worker rebuilding layouts): no constants
-        return set()
+        return ()
 
 
 def _buffer_name(node: Any) -> str | None:

@@ -1,8 +1,10 @@
-"""Fake but realistic records for tests and benchmarks (no GPU, no torch needed)."""
+"""Fake but realistic records for tests and benchmarks (no GPU, no torch needed), and the
+in-process sweep and warm start some end-to-end tests share (these import torch when called)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from autotune.cache.records import (
@@ -147,3 +149,48 @@ def help_without_torch(module: str, cwd: Any) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def in_process_sweep(model: str, folder: Path) -> dict[str, Any]:
+    """The sweep's work without Ray: capture ``model``, tune each request in this process as a
+    worker tunes it, and store the results in a SQLite cache in ``folder``."""
+    from autotune.cache import Store
+    from autotune.inductor_glue.capture import capture_file
+    from autotune.workers.jobs import TuneJob
+    from autotune.workers.tune import tune_request
+
+    captured = capture_file(model)
+    results = [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,
+                                    config_overrides=captured.config_overrides, device="cpu"))
+               for r in captured.requests]
+    url = f"sqlite:///{folder / 'cache.db'}"
+    with Store(url) as store:
+        store.put_results(results)
+    return {"url": url, "requests": captured.requests, "results": results}
+
+
+def serve_in_process(model: str, url: str) -> tuple[dict[str, Any], int, Any, Any]:
+    """``model`` compiled in max-autotune under a warm start from ``url`` (``on_miss="error"``),
+    in this process on fresh Inductor caches (a job in a process of its own costs another torch
+    import and first-compile set-up, and proves nothing more): its hook stats, the benchmarks
+    Inductor ran meanwhile, the compiled output and the eager one."""
+    import torch
+
+    import autotune
+    from autotune.inductor_glue.capture import fresh_inductor
+    from autotune.inductor_glue.inductor import benchmarks_run
+    from autotune.inductor_glue.modelfile import load_model_file
+
+    loaded = load_model_file(model)
+    module, inputs = loaded.build(None)
+    before = benchmarks_run()
+    handle = autotune.warm_start(url, on_miss="error")
+    try:
+        with fresh_inductor(loaded.config_overrides), torch.no_grad():
+            output = torch.compile(module, mode="max-autotune")(*inputs)
+        stats = handle.stats.as_dict()
+    finally:
+        handle.uninstall()
+    ran = benchmarks_run() - before
+    with torch.no_grad():
+        return stats, ran, output, module(*inputs)

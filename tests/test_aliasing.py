@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from factories import make_env, make_result
+from factories import in_process_sweep, make_env, make_result, serve_in_process
 
 from autotune.cache import Store
 from autotune.cache.records import InputLayout, TuningRequest, digest
@@ -28,19 +28,7 @@ pytestmark = pytest.mark.xdist_group("tiny_alias")
 
 @pytest.fixture(scope="module")
 def aliased_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The sweep's work without Ray: capture, each request tuned in this process, stored."""
-    from autotune.inductor_glue.capture import capture_file
-    from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
-
-    captured = capture_file(ALIAS_MODEL)
-    results = [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,
-                                    config_overrides=captured.config_overrides, device="cpu"))
-               for r in captured.requests]
-    url = f"sqlite:///{tmp_path_factory.mktemp('alias') / 'cache.db'}"
-    with Store(url) as store:
-        store.put_results(results)
-    return {"url": url, "requests": captured.requests, "results": results}
+    return in_process_sweep(ALIAS_MODEL, tmp_path_factory.mktemp("alias"))
 
 
 def _strides(request: TuningRequest) -> tuple[tuple[int, ...], ...]:
@@ -68,26 +56,10 @@ def test_each_aliased_request_is_reproduced_with_its_aliasing(aliased_sweep: dic
 
 
 def test_warm_start_serves_aliased_requests_without_benchmarking(aliased_sweep: dict[str, Any]) -> None:
-    """In this process, on fresh Inductor caches (a job in a process of its own costs another
-    torch import and first-compile set-up, and proves nothing more here)."""
-    import autotune
-    from autotune.inductor_glue.capture import fresh_inductor
-    from autotune.inductor_glue.inductor import benchmarks_run
-    from autotune.inductor_glue.modelfile import load_model_file
-
-    model, inputs = load_model_file(ALIAS_MODEL).build(None)
-    before = benchmarks_run()
-    handle = autotune.warm_start(aliased_sweep["url"], on_miss="error")
-    try:
-        with fresh_inductor({}), torch.no_grad():
-            output = torch.compile(model, mode="max-autotune")(*inputs)
-        stats = handle.stats.as_dict()
-    finally:
-        handle.uninstall()
-    assert benchmarks_run() == before
+    stats, benchmarks, output, expected = serve_in_process(ALIAS_MODEL, aliased_sweep["url"])
+    assert benchmarks == 0
     assert (stats["hits"], stats["misses"], stats["errors"]) == (2, 0, 0), stats
-    with torch.no_grad():
-        torch.testing.assert_close(output, model(*inputs), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
 
 
 def _layout(strides: tuple[int, ...], alias: int | None = None) -> InputLayout:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from factories import make_env, make_result
+from factories import in_process_sweep, make_env, make_result, serve_in_process
 
 from autotune.cache import Store
 from autotune.cache.records import InputLayout, TuningRequest, digest
@@ -28,19 +28,7 @@ pytestmark = pytest.mark.xdist_group("tiny_experts")
 
 @pytest.fixture(scope="module")
 def frozen_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The sweep's work without Ray: capture, the request tuned in this process, stored."""
-    from autotune.inductor_glue.capture import capture_file
-    from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
-
-    captured = capture_file(EXPERTS_MODEL)
-    results = [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,
-                                    config_overrides=captured.config_overrides, device="cpu"))
-               for r in captured.requests]
-    url = f"sqlite:///{tmp_path_factory.mktemp('experts') / 'cache.db'}"
-    with Store(url) as store:
-        store.put_results(results)
-    return {"url": url, "requests": captured.requests, "results": results}
+    return in_process_sweep(EXPERTS_MODEL, tmp_path_factory.mktemp("experts"))
 
 
 def test_capture_records_the_frozen_weight_as_a_constant(frozen_sweep: dict[str, Any]) -> None:
@@ -57,25 +45,10 @@ def test_the_worker_reproduces_the_constant_and_every_recorded_candidate(frozen_
 
 
 def test_warm_start_serves_the_frozen_gemm_without_benchmarking(frozen_sweep: dict[str, Any]) -> None:
-    import autotune
-    from autotune.inductor_glue.capture import fresh_inductor
-    from autotune.inductor_glue.inductor import benchmarks_run
-    from autotune.inductor_glue.modelfile import load_model_file
-
-    loaded = load_model_file(EXPERTS_MODEL)
-    model, inputs = loaded.build(None)
-    before = benchmarks_run()
-    handle = autotune.warm_start(frozen_sweep["url"], on_miss="error")
-    try:
-        with fresh_inductor(loaded.config_overrides), torch.no_grad():
-            output = torch.compile(model, mode="max-autotune")(*inputs)
-        stats = handle.stats.as_dict()
-    finally:
-        handle.uninstall()
-    assert benchmarks_run() == before
+    stats, benchmarks, output, expected = serve_in_process(EXPERTS_MODEL, frozen_sweep["url"])
+    assert benchmarks == 0
     assert (stats["hits"], stats["misses"], stats["errors"], stats["malformed_rows"]) == (1, 0, 0, 0), stats
-    with torch.no_grad():
-        torch.testing.assert_close(output, model(*inputs), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
 
 
 def _experts(constant: bool) -> TuningRequest:
