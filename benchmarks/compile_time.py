@@ -190,8 +190,32 @@ def _kernel_profile(call: Callable[[], Any], sync: Callable[[], None], calls: in
             if us > 0:
                 kernels.append({"kernel": event.key[:120], "us_per_call": us, "launches_per_call": event.count / calls})
     kernels.sort(key=lambda k: -k["us_per_call"])
+    by_kind: dict[str, float] = {}
+    for kernel in kernels:
+        kind = kernel_kind(kernel["kernel"])
+        by_kind[kind] = by_kind.get(kind, 0.0) + kernel["us_per_call"]
     return {"kernels": kernels[:40], "kernel_us_per_call": sum(k["us_per_call"] for k in kernels),
-            "launch_calls": launches}
+            "us_per_call_by_kind": by_kind, "launch_calls": launches}
+
+
+# Substrings of library GEMM kernels' names (cuBLAS, cuBLASLt, CUTLASS) on the GPUs we measure.
+_GEMM_NAMES = ("gemm", "nvjet", "cutlass", "cublas", "sm90_", "sm80_", "xmma", "_mma_")
+
+
+def kernel_kind(name: str) -> str:
+    """What a GPU kernel is, by its name: ``triton`` (Inductor's generated kernels and templates),
+    ``gemm`` (a library GEMM), ``nccl`` (communication), ``optimizer`` (eager foreach kernels) or
+    ``eager`` (ATen's other kernels: the copies and casts a wrapper or an eager op runs)."""
+    lowered = name.lower()
+    if lowered.startswith("triton"):
+        return "triton"
+    if "nccl" in lowered:
+        return "nccl"
+    if "multi_tensor_apply" in lowered or "foreach" in lowered:
+        return "optimizer"
+    if any(part in lowered for part in _GEMM_NAMES):
+        return "gemm"
+    return "eager"
 
 
 @dataclass
