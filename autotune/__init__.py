@@ -20,8 +20,8 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
     With ``AUTOTUNE_BACKGROUND_INSTALL=1`` (and the prefetch on) it returns at once and the hook
-    installs on a thread while the script goes on; ``torch.compile`` waits for it
-    (autotune/background.py). Bad settings and key files raise here either way."""
+    installs on a thread while the script goes on; ``torch.compile`` and Inductor's selector
+    wait for it (autotune/background.py). Bad settings and key files raise here either way."""
     from typing import cast
 
     from .settings import load_keys, warm_start_settings

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from autotune.inductor_glue.selector_hold import Hold
+
 from . import compile_gate
 
 if TYPE_CHECKING:
@@ -31,8 +33,11 @@ class PendingWarmStart:
         self._done = threading.Event()
         self._handle: WarmStart | None = None
         release = compile_gate.hold(self._wait)
-        threading.Thread(target=self._install, args=(install, release), name="autotune-install",
-                         daemon=True).start()
+        thread = threading.Thread(target=self._install, args=(install, release), name="autotune-install", daemon=True)
+        # Inductor's selector waits for the install too, from the moment Inductor is imported:
+        # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
+        self._held = Hold(thread)
+        thread.start()
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         try:
@@ -41,6 +46,7 @@ class PendingWarmStart:
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
         finally:
+            self._held.release()
             self._done.set()
             release()
 

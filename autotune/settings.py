@@ -122,10 +122,11 @@ class Settings:
     # and the trusted artifacts of this device), so that the first compile finds them in memory
     # (autotune/prefetch.py).
     prefetch: bool = True
-    # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile waits
-    # for it (autotune/background.py). Off by default: a script that calls into Inductor's
-    # internals between warm_start() and torch.compile (add_feedback_saver, say) races the
-    # install, which replaces Inductor's selector.
+    # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile and
+    # Inductor's selector wait for it (autotune/background.py, inductor_glue/selector_hold.py).
+    # Off by default: the thread imports Inductor while the script may be importing torch modules
+    # of its own, and Python's per-module import locks can then meet in a cycle, which Python
+    # breaks by failing one of the two imports, possibly the script's.
     background_install: bool = False
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).

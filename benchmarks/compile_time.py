@@ -185,7 +185,10 @@ def _kernel_profile(call: Callable[[], Any], sync: Callable[[], None], calls: in
     for event in prof.key_averages():
         if event.key in LAUNCH_CALLS:
             launches[event.key] = event.count / calls
-        elif str(getattr(event, "device_type", "")).endswith("CUDA"):  # a CPU op carries its kernels' time too
+        # A CPU op carries its kernels' time too; a user annotation's GPU range (a record_function
+        # such as "Optimizer.step#AdamW.step" or "DistributedDataParallel.forward") repeats the
+        # time of the kernels inside it, and is left out as torch's own table leaves it out.
+        elif str(getattr(event, "device_type", "")).endswith("CUDA") and not getattr(event, "is_user_annotation", False):
             us = float(getattr(event, "self_device_time_total", 0) or 0) / calls
             if us > 0:
                 kernels.append({"kernel": event.key[:120], "us_per_call": us, "launches_per_call": event.count / calls})

@@ -38,7 +38,7 @@ from autotune.cache.records import (
     request_variant,
 )
 
-from . import pinning, seams
+from . import pinning, seams, selector_hold
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +457,7 @@ def install(policy: LookupPolicy, *, lazy: bool = False) -> Any:
     Raises ``SeamMissing`` where this torch lacks the selector's seams."""
     for seam in _SELECTOR_SEAMS:
         seam.resolve()
-    previous = seams.SELECTOR_GLOBAL.get()
+    previous = selector_hold.unwrap(seams.SELECTOR_GLOBAL.get())  # a background install's hold: what it holds
     selector: Any = LazySelector(policy, previous) if lazy else _new_selector(policy, previous)
     _previous.append(previous)
     seams.SELECTOR_GLOBAL.set(selector)

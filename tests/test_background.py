@@ -1,6 +1,7 @@
 """With ``AUTOTUNE_BACKGROUND_INSTALL=1``, ``autotune.warm_start()`` returns at once and installs
-the hook on a thread; ``torch.compile`` waits for the install (autotune/background.py,
-autotune/compile_gate.py). Off by default: the hook installs before warm_start() returns."""
+the hook on a thread; ``torch.compile`` and Inductor's selector wait for the install
+(autotune/background.py, autotune/compile_gate.py, inductor_glue/selector_hold.py). Off by
+default: the hook installs before warm_start() returns."""
 
 from __future__ import annotations
 
@@ -85,3 +86,79 @@ def test_the_gate_releases_each_hold_and_restores_compile_once_none_is_left() ->
     assert waited == ["second"]
     second()
     assert torch.compile is original
+
+
+def test_inductors_selector_reached_during_the_install_waits_for_it_and_keeps_the_users_saver(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inductor is imported already: the hold is placed before warm_start() returns.
+    from torch._inductor import select_algorithm as sa
+
+    from autotune import hook
+    from autotune.inductor_glue.inductor import Selector
+
+    before, go = sa._ALGORITHM_SELECTOR_CACHE, threading.Event()
+    install = hook._install
+    monkeypatch.setattr(hook, "_install", lambda settings: (go.wait(30), install(settings))[1])
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
+    handle = autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}")
+    try:
+        threading.Timer(0.5, go.set).start()
+
+        def saver(*args: object) -> None:
+            pass
+
+        sa.add_feedback_saver(saver)  # as a script does between warm_start() and torch.compile
+        selector = sa._ALGORITHM_SELECTOR_CACHE
+        assert isinstance(selector, Selector) and selector.policy is handle.resolved()._policy  # type: ignore[union-attr]
+        assert saver in selector.feedback_saver_fns
+    finally:
+        go.set()
+        handle.uninstall()
+    assert sa._ALGORITHM_SELECTOR_CACHE is before
+
+
+def test_a_failed_install_gives_inductor_its_own_selector_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import select_algorithm as sa
+
+    from autotune import hook
+
+    before = sa._ALGORITHM_SELECTOR_CACHE
+
+    def broken_install(settings: object) -> hook.WarmStart:
+        raise RuntimeError("no Inductor here")
+
+    monkeypatch.setattr(hook, "_install", broken_install)
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
+    handle = autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}")
+    assert handle.resolved() is None and sa._ALGORITHM_SELECTOR_CACHE is before
+
+
+RACING_JOB = """
+import sys, torch, autotune
+assert "torch._inductor.select_algorithm" not in sys.modules
+handle = autotune.warm_start(sys.argv[1], on_miss="aten")
+from torch._inductor import select_algorithm as sa  # races the install thread's own import
+called = []
+sa.add_feedback_saver(lambda *args: called.append(1))
+a, b = torch.randn(2, 8, 64), torch.randn(2, 64, 32)  # a CPU bmm: a C++ template against ATen
+out = torch.compile(torch.bmm, mode="max-autotune")(a, b)
+assert torch.allclose(out, torch.bmm(a, b), atol=1e-4)
+selector = sa._ALGORITHM_SELECTOR_CACHE
+stats = handle.stats
+print(type(handle).__name__, type(selector).__name__, stats.hits + stats.misses, len(selector.feedback_saver_fns))
+"""
+
+
+def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_served(tmp_path: Path) -> None:
+    # A fresh process: the install thread and the script import select_algorithm at once.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", RACING_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, selector, lookups, savers = done.stdout.split()
+    assert (kind, selector) == ("PendingWarmStart", "Selector")  # the hook's selector, not Inductor's own
+    assert int(lookups) >= 1 and int(savers) >= 1  # the hook saw the GEMMs; the script's saver is kept
