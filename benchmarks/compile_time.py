@@ -207,8 +207,10 @@ _GEMM_NAMES = ("gemm", "nvjet", "cutlass", "cublas", "sm90_", "sm80_", "xmma", "
 
 def kernel_kind(name: str) -> str:
     """What a GPU kernel is, by its name: ``triton`` (Inductor's generated kernels and templates),
-    ``gemm`` (a library GEMM), ``nccl`` (communication), ``optimizer`` (eager foreach kernels) or
-    ``eager`` (ATen's other kernels: the copies and casts a wrapper or an eager op runs)."""
+    ``gemm`` (a library kernel Inductor calls: cuBLAS's GEMMs, and cuDNN's fused attention, whose
+    names carry the architecture, ``sm90_``), ``nccl`` (communication), ``optimizer`` (eager
+    foreach kernels) or ``eager`` (ATen's other kernels: the copies and casts a wrapper or an
+    eager op runs)."""
     lowered = name.lower()
     if lowered.startswith("triton"):
         return "triton"
