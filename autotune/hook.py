@@ -231,6 +231,15 @@ class ServePolicy:
                 self._store = cast("protocols.Store", shared) if shared is not None else self._open_database()
             return self._store
 
+    def _open_patiently(self) -> protocols.Store:
+        """``_open`` for the prefetch: under torchrun it waits first for local rank 0's socket
+        (``_PREFETCH_NODE_WAIT_S``). It runs on its own thread, and compiles that ask it first
+        wait for it only up to the lookup timeout, so rank 0 coming up a few seconds after this
+        rank costs nothing; without the wait this rank's whole prefetch read the database."""
+        if self._node is not None:
+            self._node.wait_connected(_PREFETCH_NODE_WAIT_S)
+        return self._open()
+
     def _open_database(self) -> protocols.Store:
         """The database itself, each call counted (``HookStats.database_calls``)."""
         with self._database_lock:
@@ -587,7 +596,7 @@ class ServePolicy:
         """Read ahead, on a daemon thread, what this process's compiles will ask the store for."""
         from .prefetch import Prefetch
 
-        self.prefetch = Prefetch(open_store=self._open, disable=self._disable, stats=self.stats,
+        self.prefetch = Prefetch(open_store=self._open_patiently, disable=self._disable, stats=self.stats,
                                  device_kind=device_kind, device_name=_artifact_device, trusted=trusted,
                                  max_bytes=self.settings.max_artifact_bytes, timeout=self.settings.lookup_timeout,
                                  fault=self.settings.fault_inject)
@@ -676,6 +685,11 @@ class _NodeShare:
         self._client = None
         return None
 
+    def wait_connected(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the connection to local rank 0 to be made (or to fail)."""
+        if self._client is not None:
+            concurrent.futures.wait([self._client], timeout=seconds)
+
     @property
     def pending(self) -> bool:
         """Still connecting to local rank 0 in the background."""
@@ -690,6 +704,8 @@ class _NodeShare:
 
 # How long a rank waits in the background for local rank 0's socket to appear.
 _NODE_CONNECT_S = 30.0
+# How long a rank's prefetch waits for that socket before it reads the database itself.
+_PREFETCH_NODE_WAIT_S = 10.0
 
 
 def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:

@@ -155,3 +155,34 @@ def test_a_ranks_end_to_end_pass_is_marked_apart_from_the_bare_models() -> None:
     ddp = PointwiseSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu",
                         distributed={"kind": "ddp", "world_size": 2, "bucket_cap_mb": 1.0})
     assert pass_marks.digest(bare) != pass_marks.digest(ddp)
+
+
+def test_a_ranks_prefetch_waits_for_a_local_rank_0_that_starts_late(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen on 2 GPUs: local rank 0 opened its socket after rank 1 first asked, and rank 1's
+    # whole prefetch read the database itself.
+    import time
+
+    from autotune.cache.signing import NO_TRUSTED_KEYS
+    from autotune.hook import ServePolicy
+    from autotune.settings import Settings
+
+    for name, value in {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
+                        "TORCHELASTIC_RUN_ID": tmp_path.name}.items():
+        monkeypatch.setenv(name, value)
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    Store(url).close()
+    other = ServePolicy(Settings(cache=url))
+    other.start_prefetch(NO_TRUSTED_KEYS, "cpu")
+    time.sleep(1.5)  # longer than the first ask's wait (half the lookup timeout)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    serving = ServePolicy(Settings(cache=url))
+    try:
+        assert other.prefetch is not None
+        other.prefetch._thread.join(timeout=30)
+        assert not other.prefetch._thread.is_alive()
+        assert other.stats.database_calls == 0  # its prefetch read through rank 0
+        assert serving.stats.database_calls >= 1
+    finally:
+        other.close()
+        serving.close()
