@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from autotune.inductor_glue.capture import (
@@ -44,6 +45,7 @@ from autotune.inductor_glue.capture import (
 )
 from autotune.inductor_glue.distributed import DistributedSpec, job_process_group, wrap
 from autotune.inductor_glue.modelfile import ModelFile
+from autotune.workers.faults import inject_fault
 
 from .settings import Settings
 
@@ -110,6 +112,9 @@ class PointwiseReport:
     startup_seconds: float = 0.0
     idle_seconds: float = 0.0
     ready_at: float | None = None  # epoch seconds when the process was ready (startup_seconds from it)
+    # The passes that failed, each against its model: {"model", "shard", "error"} (merge_reports).
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    requeued: int = 0  # passes run again in a fresh process after theirs was killed
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -208,14 +213,15 @@ def tune_pointwise(
             passes = plan_passes(settings, device, time_in_graph)
             while passes:
                 current = passes.pop(0)
-                began = time.perf_counter()
+                began, began_at = time.perf_counter(), time.time()
                 stats, withheld = _compile_once(model, current, session, mode, inductor_config, train,
                                                 device, report, distributed)
-                report.passes.append({"batch_sizes": list(session.sizes), "dynamic": session.dynamic,
+                report.passes.append({"model": str(model.path), "batch_sizes": list(session.sizes),
+                                      "dynamic": session.dynamic,
                                       "time_in_graph": current.time_in_graph,
                                       "publishes": current.publishes, "kernels_tuned": stats.kernel_configs_saved,
                                       "gemm_hits": stats.hits, "gemm_misses": stats.misses,
-                                      "seconds": round(time.perf_counter() - began, 3)})
+                                      "began_at": round(began_at, 3), "seconds": round(time.perf_counter() - began, 3)})
                 after = follow_up(current, any(v["changed"] for v in stats.verdicts), withheld)
                 if after is not None:
                     report.republished += int(withheld)
@@ -391,7 +397,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
     merged = PointwiseReport(seconds=seconds)
     for report in reports:
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
-                     "republished", *_VERDICT_COUNTS):
+                     "republished", "requeued", *_VERDICT_COUNTS):
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.saved_keys += [k for k in report.saved_keys if k not in merged.saved_keys]
         merged.verdicts += report.verdicts
@@ -399,6 +405,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
         merged.verdict_log += report.verdict_log
         merged.passes += report.passes
         merged.phases += report.phases
+        merged.failed += report.failed
     # The lane that was ready last, and waited least, says whether start-up held the pass up.
     merged.startup_seconds = max((r.startup_seconds for r in reports), default=0.0)
     merged.idle_seconds = min((r.idle_seconds for r in reports), default=0.0)
@@ -442,10 +449,21 @@ class PointwisePass:
         return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
 
     def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None) -> list[PointwiseReport]:
+        """The lane's passes one after another. A pass whose process was killed (a signal it did
+        not get from us: the OOM killer, an operator) runs once more in a fresh process; one
+        that fails is recorded against its model, and the lane goes on to the next."""
         reports = []
         for position, spec in enumerate(self.units[index]):
             process = self.first[index] if position == 0 else PointwiseProcess(spec)
-            reports.append(process.run(timeout))
+            report = process.run(timeout)
+            if process.killed:
+                log.warning("the end-to-end pass of %s was killed (%s); running it again", spec.model_path,
+                            report.error)
+                report = PointwiseProcess(spec).run(timeout)
+                report.requeued += 1
+            if report.error:
+                report.failed.append({"model": spec.model_path, "shard": list(spec.shard), "error": report.error})
+            reports.append(report)
             if on_done is not None:
                 on_done(spec.model_path)
         return reports
@@ -499,6 +517,7 @@ class PointwiseProcess:
         if spec.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = spec.gpu
         self.spawned_at = time.time()
+        self._stopped = False  # sent SIGTERM by us (its timeout), or killed by us
         self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
@@ -519,9 +538,16 @@ class PointwiseProcess:
         return self._report(stdout) or PointwiseReport(
             error=f"the process exited {self.proc.returncode} without a report", seconds=time.perf_counter() - started)
 
+    @property
+    def killed(self) -> bool:
+        """Ended by a signal that did not come from us."""
+        code = self.proc.returncode
+        return code is not None and code < 0 and not self._stopped
+
     def _stop(self, grace: float) -> PointwiseReport:
         """SIGTERM, then the report the process writes once it has stored what it tuned; killed
         if it has none within ``grace`` s."""
+        self._stopped = True
         try:
             self.proc.terminate()
             stdout, _ = self.proc.communicate(timeout=grace)
@@ -541,6 +567,7 @@ class PointwiseProcess:
 
     def close(self) -> None:
         if self.proc.poll() is None:
+            self._stopped = True
             self.proc.kill()
         self.proc.wait()
 
@@ -561,6 +588,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
         return PointwiseReport(error="cancelled")
     idle = time.perf_counter() - ready
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
+    inject_fault(settings.fault_inject, f"pass:{Path(spec.model_path).stem}")
     _leave_mark(spec, settings, finished=False)  # its GEMMs are stored: a cut pass may resume beside capture
     # A share of a model's kernels compiles the whole model in each of several processes,
     # which must all weigh the same GEMM timings: those stored, not each its own.

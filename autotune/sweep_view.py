@@ -165,6 +165,11 @@ def _failed_lines(report: SweepReport) -> list[str]:
 
 def _pass_lines(pointwise: Any) -> list[str]:
     failed = f"; failed: {_first_line(pointwise.error)}" if pointwise.error else ""
+    if getattr(pointwise, "failed", None):  # each failed pass against its model
+        failed = "; failed: " + ", ".join(f"{Path(f['model']).name} ({_first_line(f['error'])})"
+                                          for f in pointwise.failed)
+    if getattr(pointwise, "requeued", 0):
+        failed += f"; {pointwise.requeued} killed pass(es) run again"
     artifacts = (f", {pointwise.artifacts_published} signed artifacts published"
                  if pointwise.artifacts_published else "")
     refused = (f" (Dynamo could not package the model: {pointwise.packages_refused})"
