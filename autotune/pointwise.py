@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -347,24 +347,33 @@ class Shard:
     count: int = 1
 
 
-def plan_lanes(models: int, gpus: int) -> list[list[Shard]]:
+def plan_lanes(models: int, gpus: int, costs: Sequence[float] | None = None) -> list[list[Shard]]:
     """Split the pass over ``gpus`` lanes: one GPU each, run side by side; a lane runs its
     shards one after another (two benchmarks sharing a GPU would disturb each other).
 
     Once the GEMM winners are stored, each pointwise/reduction kernel is tuned on its
-    own, so the work splits freely. With no more GPUs than models, each lane takes
-    whole models (dealt round-robin); with more, each model's kernels are split into
-    shares, the GPUs dealt out as evenly as possible.
+    own, so the work splits freely. With no more GPUs than models, each lane takes whole
+    models, the longest first: each model in turn, by ``costs`` (a model's expected pass
+    time, or a proxy; equal if not given) from the largest, goes to the lane with the least
+    work so far, which keeps the longest pass from starting last. With more GPUs than models,
+    each model's kernels are split into shares, the spare GPUs going to the costliest models.
     """
     if models <= 0:
         return []
     gpus = max(1, gpus)
+    weight = list(costs) if costs is not None and len(costs) == models else [1.0] * models
+    longest_first = sorted(range(models), key=lambda model: -weight[model])  # stable: ties keep their order
     if gpus <= models:
         lanes: list[list[Shard]] = [[] for _ in range(gpus)]
-        for model in range(models):
-            lanes[model % gpus].append(Shard(model))
+        load = [0.0] * gpus
+        for model in longest_first:
+            lane = min(range(gpus), key=lambda index: load[index])
+            lanes[lane].append(Shard(model))
+            load[lane] += weight[model]
         return lanes
-    counts = [gpus // models + (1 if model < gpus % models else 0) for model in range(models)]
+    counts = [gpus // models] * models
+    for model in longest_first[:gpus % models]:
+        counts[model] += 1
     return [[Shard(model, rank, counts[model])] for model in range(models) for rank in range(counts[model])]
 
 
@@ -422,11 +431,13 @@ class PointwisePass:
     never split: its publishing compile needs every one of its kernels tuned first.
     """
 
-    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1) -> None:
+    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1, costs: Sequence[float] | None = None) -> None:
+        """``costs``: each spec's expected pass time, or a proxy (the sweep gives each model's
+        GEMM lookups), for ``plan_lanes`` to start the longest first."""
         splits = not any(spec.signing_key for spec in specs)
         copies = rank_copies(specs, gpus)
         gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
-        self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)))
+        self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)), costs)
         gpu_ids = _gpu_ids(len(self.lanes))
         self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]

@@ -568,7 +568,8 @@ class _Sweep:
             return
         self.ensure_pool()
         if _wants_pointwise(self.local, self.settings, self.device):
-            self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs)
+            self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs,
+                                             self.report.models)
         assert self.dispatcher is not None and self.starter is not None
         where = f" at {self.settings.address}" if self.settings.address else " locally"
         lanes = f", {self.settings.jobs_per_gpu} at once per GPU" if self.device == "cuda" else ""
@@ -752,10 +753,18 @@ def _start_spares(settings: Settings) -> Spares | None:
 
 
 def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
-                    kwargs: dict[str, Any]) -> PointwisePass:
+                    kwargs: dict[str, Any], captured: list[ModelCapture]) -> PointwisePass:
     from .pointwise import PointwisePass
 
-    return PointwisePass(_pointwise_specs(models, options, settings, device, kwargs), _local_gpus(settings, device))
+    return PointwisePass(_pointwise_specs(models, options, settings, device, kwargs), _local_gpus(settings, device),
+                         pass_costs(models, captured))
+
+
+def pass_costs(models: list[ModelFile], captured: list[ModelCapture]) -> list[float]:
+    """Each model's expected pass time, by proxy: the GEMM lookups its capture made (a model
+    with more GEMMs has more kernels to compile and tune); 1 for a model capture did not see."""
+    lookups = {entry.path: entry.lookups or entry.requests for entry in captured}
+    return [float(lookups.get(str(model.path)) or 1) for model in models]
 
 
 def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,

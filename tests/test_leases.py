@@ -103,6 +103,22 @@ def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
                 assert mine == list(range(count))  # every share of the model exactly once
     assert plan_lanes(3, 2) == [[Shard(0), Shard(2)], [Shard(1)]]
     assert plan_lanes(1, 2) == [[Shard(0, 0, 2)], [Shard(0, 1, 2)]]
+
+
+def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:
+    from pathlib import Path
+
+    from autotune.inductor_glue.modelfile import ModelFile
+    from autotune.sweep import ModelCapture, pass_costs
+
+    # Costs 1, 1 and 4 on 2 GPUs: dealt in file order, lane 0 runs the 1 then the 4 (ends at 5);
+    # the longest first gives the 4 a lane of its own and the two 1s the other (ends at 4).
+    assert plan_lanes(3, 2, [1, 1, 4]) == [[Shard(2)], [Shard(0), Shard(1)]]
+    assert plan_lanes(3, 2, [1, 5, 3]) == [[Shard(1)], [Shard(2), Shard(0)]]
+    assert plan_lanes(2, 3, [1, 4]) == [[Shard(0, 0, 1)], [Shard(1, 0, 2)], [Shard(1, 1, 2)]]  # the spare GPU
+    models = [ModelFile(Path(name), "example", lambda: None, {}) for name in ("a.py", "b.py", "c.py")]
+    captured = [ModelCapture("a.py", requests=2, lookups=6), ModelCapture("b.py", requests=3)]
+    assert pass_costs(models, captured) == [6.0, 3.0, 1.0]  # lookups, else requests, else 1
     owners = Counter(kernel_owner(f"triton_poi_fused_{i}:abc", 4) for i in range(400))
     assert set(owners) == {0, 1, 2, 3} and min(owners.values()) > 60  # spread evenly enough
     merged = merge_reports([PointwiseReport(saved=2, saved_keys=["x"]), PointwiseReport(saved=3, error="e")], 1.0)
