@@ -153,7 +153,8 @@ print(type(handle).__name__, type(selector).__name__, stats.hits + stats.misses,
 
 
 def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_served(tmp_path: Path) -> None:
-    # A fresh process: the install thread and the script import select_algorithm at once.
+    # A fresh process: select_algorithm is not imported yet, so the hold is placed by the
+    # meta-path finder at the end of its import, whichever thread imports it first.
     import os
     import subprocess
     import sys
