@@ -492,7 +492,9 @@ def _scenario_flags(scenario: str, run: ModelRun) -> tuple[list[str], dict[str, 
     return flags, env
 
 
-def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, log_path: Path | None) -> dict[str, Any]:
+def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, log_path: Path | None,
+                       env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """One scenario in a fresh process; ``env_overrides`` (its GPU, say) go into its environment."""
     try:
         flags, extra_env = _scenario_flags(scenario, run)
     except Skipped as skip:
@@ -504,7 +506,8 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, l
             cmd += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
     cmd += ["--kernel-profile"] if args.kernel_profile else []
     cmd += ["--deviation"] if getattr(args, "deviation", False) else []
-    env = {**harness.child_env(run.tmp / scenario, run.cache_url if scenario in WARM else None), **extra_env}
+    env = {**harness.child_env(run.tmp / scenario, run.cache_url if scenario in WARM else None), **extra_env,
+           **(env_overrides or {})}
     done = harness.run(cmd, env, args.timeout, log_path)
     payload = harness.marker_payload(done.stdout)
     if done.rc is None:

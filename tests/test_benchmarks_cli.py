@@ -156,3 +156,27 @@ def test_prefetch_benchmark_help_goals_and_table(tmp_path: Path) -> None:
     store.save()
     table = (tmp_path / "prefetch.md").read_text()
     assert "| prefetch +5s | 1.5 | 10.0 | 0.38 | 0.77 | 0.15 |" in table
+
+
+def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) -> None:
+    from benchmarks import team_queue, zoo
+
+    out = help_without_torch("benchmarks.team_queue", REPO)
+    assert "--cold-gpus" in out and "--resume" in out
+    paths = team_queue.model_paths(list(team_queue.WORKLOAD), tmp_path)
+    assert len(paths) >= 6 and all(Path(p).is_file() for p in paths)
+    assert any(entry.endswith(":train") for entry in team_queue.WORKLOAD)
+    assert all(entry.partition(":")[0] in zoo.ZOO for entry in team_queue.WORKLOAD)
+    # 100 s on 1 GPU, 55 s on 2, 30 s on 4: Amdahl's serial fraction from the widest, projected.
+    run = {"steps": {"queue1": {"status": "ok", "wall_s": 100.0}, "queue2": {"status": "ok", "wall_s": 55.0},
+                     "queue4": {"status": "ok", "wall_s": 30.0}, "cold": {"status": "ok", "wall_s": 120.0}},
+           "workload": ["a:infer"]}
+    team_queue.derive(run)
+    assert round(run["steps"]["queue2"]["efficiency"], 3) == 0.909
+    s = run["steps"]["queue4"]["serial_fraction"]
+    assert round(s, 4) == round((4 * 30 / 100 - 1) / 3, 4)
+    assert round(run["projected"]["8"]["wall_s"], 3) == round(100 * (s + (1 - s) / 8), 3)
+    assert run["vs_cold"] == 0.25
+    lines = team_queue.render(run)
+    assert "- efficiency at 4 GPUs >= 0.8: 0.83 (met)" in lines
+    assert any(line.startswith("- the 4-GPU sweep <= 0.5x") and "(met)" in line for line in lines)

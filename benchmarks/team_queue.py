@@ -1,0 +1,198 @@
+"""A team's tuning queue: the zoo workload in one `autotune sweep`, on 1, 2 and 4 GPUs of one
+host, against the cold-compile alternative (issue 52).
+
+Steps, each with a fresh SQLite cache and fresh compile caches:
+
+- ``queue1``, ``queue2``, ``queue4``: ``autotune sweep`` of every workload model at once with
+  ``--gpus N`` (CUDA_VISIBLE_DEVICES the first N): the whole command's wall time, its phases,
+  its requests; efficiency T1 / (N TN) and the serial fraction it implies (Amdahl), projected
+  to 8 and 16 GPUs from the widest measured;
+- ``cold``: the alternative a team has without a shared cache: each model's cold max-autotune
+  compile, ``--cold-gpus`` at a time, one per GPU (its first call, then the next model).
+
+The workload (``WORKLOAD``, or ``--models``): zoo entries as ``name:mode`` (model files written
+by benchmarks/zoo.py) or paths. Two Ray nodes of 2 GPUs each run through
+``benchmarks/cluster_run.py``; warm starts through ``benchmarks/compile_time.py`` (see
+benchmarks/README.md).
+
+    python -m benchmarks.team_queue --steps queue1 --out $Q                  # one device call
+    python -m benchmarks.team_queue --steps queue2,queue4,cold --out $Q --resume $Q/team_queue.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import compile_time, harness, sweep_bench, zoo
+from benchmarks.harness import fmt
+
+log = logging.getLogger("team_queue")
+# Zoo families with many GEMM/conv requests and a training row (issue 52: at least 6 models and
+# 150 requests); whether its 1-GPU sweep fits one device call is the first run's to say.
+WORKLOAD = ("resnet50:infer", "mobilenet_v3_large:infer", "efficientnet_b0:infer", "convnext_tiny:infer",
+            "t5:infer", "dlrm:infer", "mlp_mixer:train")
+QUEUE_STEPS = {"queue1": 1, "queue2": 2, "queue4": 4}
+STEPS = (*QUEUE_STEPS, "cold")
+PROJECTED = (8, 16)
+EFFICIENCY_GOALS = {2: 0.85, 4: 0.8}
+COLD_GOAL = 0.5  # the 4-GPU sweep's wall time against the 4-GPU cold-compile alternative's
+
+
+def model_paths(entries: list[str], directory: Path) -> list[str]:
+    """Each entry's model file: a zoo ``name:mode`` written into ``directory``, else a path."""
+    paths = []
+    for entry in entries:
+        name, _, mode = entry.partition(":")
+        paths.append(str(zoo.write_stub(name, mode, directory)) if mode else compile_time.MODELS.get(entry, entry))
+    return paths
+
+
+def cold_alternative(paths: list[str], gpus: int, tmp: Path, timeout: float) -> dict[str, Any]:
+    """Each model's cold max-autotune compile, ``gpus`` at a time, each on its own GPU."""
+    free: queue.Queue[int] = queue.Queue()
+    for gpu in range(gpus):
+        free.put(gpu)
+
+    def one(path: str) -> dict[str, Any]:
+        gpu = free.get()
+        try:
+            run = compile_time.ModelRun(Path(path).stem, path, ["max-autotune-cold"], tmp / Path(path).stem,
+                                        f"sqlite:///{tmp / 'unused.db'}", train=False)
+            options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False,
+                                         timeout=timeout)
+            result = compile_time.run_model_scenario("max-autotune-cold", run, options, None,
+                                                     {"CUDA_VISIBLE_DEVICES": str(gpu)})
+            return {"model": path, "gpu": gpu, "status": result.get("status"),
+                    "wall_s": result.get("process_wall_s"), "first_call_s": result.get("first_call_s")}
+        finally:
+            free.put(gpu)
+
+    began = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, gpus)) as pool:
+        models = list(pool.map(one, paths))
+    ok = all(m["status"] == "ok" for m in models)
+    return {"status": "ok" if ok else "error", "gpus": gpus, "wall_s": time.perf_counter() - began, "models": models}
+
+
+def derive(run: dict[str, Any]) -> None:
+    """Efficiencies, serial fractions, their projection and the ratio to the cold alternative."""
+    steps = run["steps"]
+    one = steps.get("queue1") or {}
+    if one.get("status") != "ok":
+        return
+    widest = None
+    for key, n in list(QUEUE_STEPS.items())[1:]:
+        many = steps.get(key) or {}
+        if many.get("status") == "ok":
+            many["efficiency"] = one["wall_s"] / (n * many["wall_s"])
+            many["serial_fraction"] = serial_fraction(one["wall_s"], many["wall_s"], n)
+            widest = many
+    if widest is not None:
+        s = widest["serial_fraction"]
+        run["projected"] = {str(k): {"wall_s": one["wall_s"] * (s + (1 - s) / k), "efficiency": 1 / (k * s + 1 - s)}
+                            for k in PROJECTED}
+    four, cold = steps.get("queue4") or {}, steps.get("cold") or {}
+    if four.get("status") == "ok" and cold.get("status") == "ok":
+        run["vs_cold"] = four["wall_s"] / cold["wall_s"]
+
+
+def serial_fraction(one_s: float, many_s: float, n: int) -> float:
+    """Amdahl's serial fraction s from T1 and TN: TN = T1 (s + (1 - s) / N)."""
+    return min(1.0, max(0.0, (n * many_s / one_s - 1) / (n - 1)))
+
+
+def goals(run: dict[str, Any]) -> list[str]:
+    out = []
+    for n, goal in EFFICIENCY_GOALS.items():
+        efficiency = (run["steps"].get(f"queue{n}") or {}).get("efficiency")
+        if efficiency is not None:
+            out.append(f"- efficiency at {n} GPUs >= {goal}: {efficiency:.2f} ({'met' if efficiency >= goal else 'NOT met'})")
+    if run.get("vs_cold") is not None:
+        met = "met" if run["vs_cold"] <= COLD_GOAL else "NOT met"
+        out.append(f"- the 4-GPU sweep <= {COLD_GOAL}x the 4-GPU cold-compile alternative: {run['vs_cold']:.2f} ({met})")
+    return out
+
+
+def render(run: dict[str, Any]) -> list[str]:
+    steps = run.get("steps") or {}
+    rows = [[n, fmt(s.get("wall_s")), s.get("found", "-"), fmt(s.get("startup_s")), fmt(s.get("capture_s")),
+             fmt(s.get("tuning_s")), fmt(s.get("pointwise_s")), fmt(s.get("efficiency"), ".2f"),
+             fmt(s.get("serial_fraction"), ".2f")]
+            for key, n in QUEUE_STEPS.items() if (s := steps.get(key))]
+    lines = [f"Workload: {', '.join(run.get('workload') or [])}.", ""]
+    lines += harness.table(["GPUs", "wall s", "requests", "start-up", "capture", "GEMM tuning", "passes",
+                            "efficiency", "serial fraction"], rows)
+    for k, p in (run.get("projected") or {}).items():
+        lines.append(f"- projected to {k} GPUs: {p['wall_s']:.0f} s, efficiency {p['efficiency']:.2f}")
+    cold = steps.get("cold")
+    if cold:
+        lines.append(f"- cold max-autotune, each model once, {cold.get('gpus')} at a time: {fmt(cold.get('wall_s'))} s "
+                     f"({cold.get('status')})")
+    return lines + [""] + goals(run)
+
+
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "team_queue", "A team's tuning queue: the zoo workload on 1, 2 and 4 GPUs", render)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.team_queue", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(WORKLOAD), help="zoo name:mode entries or paths (default: WORKLOAD)")
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"any of {', '.join(STEPS)}")
+    parser.add_argument("--cold-gpus", type=int, default=4, help="compiles at once in the cold step (default 4)")
+    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of team_queue.json/.md")
+    parser.add_argument("--label", default=None, help="the run's name (default: the GPU and its count)")
+    parser.add_argument("--budget", type=float, default=570.0, help="seconds for the whole run (default 570)")
+    parser.add_argument("--resume", default=None, help="a results file: keep what its run of this label measured")
+    args = parser.parse_args(argv)
+    harness.log_to_stderr()
+    deadline = time.monotonic() + args.budget
+    info = harness.machine(120)
+    gpus = int(info.get("gpu_count") or 0)
+    label = args.label or (f"{harness.slug(info['gpu'])} x{gpus}" if gpus else "cpu")
+    store = results(Path(args.out))
+    earlier = (harness.results_of(Path(args.resume)).find(label) or {}) if args.resume else {}
+    run = store.run(label, info, "python -m benchmarks.team_queue " + " ".join(sys.argv[1:] if argv is None else argv))
+    entries = [m.strip() for m in args.models.split(",") if m.strip()]
+    run.update(workload=entries, steps=earlier.get("steps") or {}, skipped=[])
+    stubs = Path(tempfile.mkdtemp(prefix="team_queue_models_"))
+    paths = model_paths(entries, stubs)
+    for key in [s.strip() for s in args.steps.split(",") if s.strip()]:
+        if (run["steps"].get(key) or {}).get("status") == "ok":
+            continue  # measured by the run resumed
+        n = QUEUE_STEPS.get(key)
+        if (n is not None and n > max(gpus, 1)) or deadline - time.monotonic() < 30:
+            run["skipped"].append(key)
+            continue
+        tmp = Path(tempfile.mkdtemp(prefix="team_queue_"))
+        try:
+            log.info("%s ...", key)
+            if n is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n)) if gpus else ""
+                run["steps"][key] = sweep_bench.sweep(paths, n, None, tmp, deadline - time.monotonic())
+            else:
+                run["steps"][key] = cold_alternative(paths, min(args.cold_gpus, max(gpus, 1)), tmp,
+                                                     deadline - time.monotonic())
+            log.info("%s: %s %.1f s", key, run["steps"][key].get("status"), run["steps"][key].get("wall_s") or 0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            derive(run)
+            store.save()
+    shutil.rmtree(stubs, ignore_errors=True)
+    print(store.path.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
