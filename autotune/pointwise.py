@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -460,9 +461,9 @@ class PointwisePass:
         return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
 
     def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None) -> list[PointwiseReport]:
-        """The lane's passes one after another. A pass whose process was killed (a signal it did
-        not get from us: the OOM killer, an operator) runs once more in a fresh process; one
-        that fails is recorded against its model, and the lane goes on to the next."""
+        """The lane's passes one after another. A pass whose process was SIGKILLed by someone
+        else (the OOM killer) runs once more in a fresh process; one that fails is recorded
+        against its model, and the lane goes on to the next."""
         reports = []
         for position, spec in enumerate(self.units[index]):
             process = self.first[index] if position == 0 else PointwiseProcess(spec)
@@ -551,9 +552,9 @@ class PointwiseProcess:
 
     @property
     def killed(self) -> bool:
-        """Ended by a signal that did not come from us."""
-        code = self.proc.returncode
-        return code is not None and code < 0 and not self._stopped
+        """Ended by a SIGKILL that did not come from us (the OOM killer, a node going away). A
+        SIGINT or SIGTERM is someone stopping the sweep: never a reason to run the pass again."""
+        return self.proc.returncode == -signal.SIGKILL and not self._stopped
 
     def _stop(self, grace: float) -> PointwiseReport:
         """SIGTERM, then the report the process writes once it has stored what it tuned; killed
