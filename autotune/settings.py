@@ -135,8 +135,9 @@ class Settings:
     # processes' (None: one file per sweep beside the SQLite cache, else under
     # $XDG_CACHE_HOME/autotune/logs; autotune/sweep_log.py).
     log: str | None = None
-    # Tests of the failure path only: "crash:KEY", "hang:KEY" or "slow:SECONDS", handed down
-    # to the tuning processes (workers/faults.py says what each does); "prefetch:hold" or
+    # Tests of the failure path only: "crash:KEY", "hang:KEY", "kill-once:KEY" or "slow:SECONDS",
+    # several comma-separated, handed down to the tuning processes and the end-to-end passes
+    # (KEY "pass:<model file stem>"; workers/faults.py says what each does); "prefetch:hold" or
     # "prefetch:hang" for the hook's prefetch (autotune/prefetch.py).
     fault_inject: str = ""
 
