@@ -6,9 +6,10 @@ that the script builds its model meanwhile. Nothing may compile before the seams
 the original comes back once no install is in flight. A script that calls ``torch.compile``
 right away waits as long as a synchronous warm start would have taken.
 
-Only ``torch.compile`` is held: entry points that reach Inductor otherwise
-(``torch._dynamo.optimize``, ``torch._inductor.aot_compile``) before the install ends run
-unserved, as without the hook.
+Only ``torch.compile`` is held here. Entry points that reach Inductor otherwise
+(``torch._dynamo.optimize``, ``torch._inductor.aot_compile``) before the install ends still wait
+for it at their first GEMM, in Inductor's selector (inductor_glue/selector_hold.py); what they
+compile before that (their graphs from the artifact tier, say) goes unserved.
 """
 
 from __future__ import annotations

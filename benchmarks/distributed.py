@@ -249,13 +249,18 @@ def _sum(run: dict[str, Any] | None, field: str) -> int | None:
     return sum(int(r.get(field) or 0) for r in ranks) if ranks else None
 
 
+def _measured(run: dict[str, Any] | None, field: str) -> list[float]:
+    """The ranks' values of ``field``, where a rank measured it."""
+    return [r[field] for r in (run or {}).get("ranks") or [] if isinstance(r.get(field), (int, float))]
+
+
 def _total(run: dict[str, Any] | None, field: str) -> float | None:
-    values = [r.get(field) for r in (run or {}).get("ranks") or [] if isinstance(r.get(field), (int, float))]
+    values = _measured(run, field)
     return sum(values) if values else None
 
 
 def _max(run: dict[str, Any] | None, field: str) -> float | None:
-    values = [r.get(field) for r in (run or {}).get("ranks") or [] if isinstance(r.get(field), (int, float))]
+    values = _measured(run, field)
     return max(values) if values else None
 
 

@@ -268,6 +268,18 @@ class Results:
         self.path.with_suffix(".md").write_text(markdown(self.data, self.title, self.render))
 
 
+def resumable_run(store: Results, args: argparse.Namespace, prog: str,
+                  argv: list[str] | None) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """This machine's new run in ``store`` (named ``--label``, else by its GPU and their count),
+    what the run of that name in ``--resume`` measured (empty without one), and the GPU count."""
+    info = machine(120)
+    gpus = int(info.get("gpu_count") or 0)
+    label = args.label or (f"{slug(info['gpu'])} x{gpus}" if gpus else "cpu")
+    earlier = (results_of(Path(args.resume)).find(label) or {}) if args.resume else {}
+    run = store.run(label, info, f"python -m {prog} " + " ".join(sys.argv[1:] if argv is None else argv))
+    return run, earlier, gpus
+
+
 def load(path: Path) -> dict[str, Any]:
     """A results file; one of an older layout (a single run, no "runs") is read as one run."""
     data = json.loads(Path(path).read_text())

@@ -124,12 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     steps, deadline = {s.strip() for s in args.steps.split(",")}, time.monotonic() + args.budget
     keep = Path(args.keep_caches) if args.keep_caches else None
     harness.warm_bytecode()  # else the first step pays ~5 s of bytecode that the rest reuse
-    info = harness.machine(120)
-    gpus = int(info.get("gpu_count") or 0)
-    label = args.label or (f"{harness.slug(info['gpu'])} x{gpus}" if gpus else "cpu")
     store = results(Path(args.out))
-    earlier = (harness.results_of(Path(args.resume)).find(label) or {}) if args.resume else {}
-    run = store.run(label, info, "python -m benchmarks.sweep_bench " + " ".join(sys.argv[1:] if argv is None else argv))
+    run, earlier, gpus = harness.resumable_run(store, args, "benchmarks.sweep_bench", argv)
     run.update(models=earlier.get("models") or {}, skipped=[])
 
     def step(key: str, name: str, fn: Callable[..., dict[str, Any]], *fn_args: Any) -> dict[str, Any] | None:

@@ -158,12 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     harness.log_to_stderr()
     deadline = time.monotonic() + args.budget
-    info = harness.machine(120)
-    gpus = int(info.get("gpu_count") or 0)
-    label = args.label or (f"{harness.slug(info['gpu'])} x{gpus}" if gpus else "cpu")
     store = results(Path(args.out))
-    earlier = (harness.results_of(Path(args.resume)).find(label) or {}) if args.resume else {}
-    run = store.run(label, info, "python -m benchmarks.team_queue " + " ".join(sys.argv[1:] if argv is None else argv))
+    run, earlier, gpus = harness.resumable_run(store, args, "benchmarks.team_queue", argv)
     entries = [m.strip() for m in args.models.split(",") if m.strip()]
     run.update(workload=entries, steps=earlier.get("steps") or {}, skipped=[])
     stubs = Path(tempfile.mkdtemp(prefix="team_queue_models_"))

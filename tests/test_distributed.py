@@ -128,14 +128,19 @@ def test_the_distributed_benchmark_judges_every_rank() -> None:
     assert distributed.render({**run, "goals": distributed.goals(run)})
 
 
+def _as_local_rank(rank: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This process as local rank ``rank`` of a 2-rank torchrun job of its own (node_share.py)."""
+    for name, value in {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
+                        "TORCHELASTIC_RUN_ID": tmp_path.name}.items():
+        monkeypatch.setenv(name, value)
+
+
 def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.hook import ServePolicy
     from autotune.settings import Settings
 
-    for name, value in {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
-                        "TORCHELASTIC_RUN_ID": tmp_path.name}.items():
-        monkeypatch.setenv(name, value)
+    _as_local_rank(1, monkeypatch, tmp_path)
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     Store(url).close()  # the schema made here: the lookup's time is the wait for rank 0 and one read
     policy = ServePolicy(Settings(cache=url, lookup_timeout=4.0))
@@ -167,15 +172,13 @@ def test_a_ranks_prefetch_waits_for_a_local_rank_0_that_starts_late(
     from autotune.hook import ServePolicy
     from autotune.settings import Settings
 
-    for name, value in {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
-                        "TORCHELASTIC_RUN_ID": tmp_path.name}.items():
-        monkeypatch.setenv(name, value)
+    _as_local_rank(1, monkeypatch, tmp_path)
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     Store(url).close()
     other = ServePolicy(Settings(cache=url))
     other.start_prefetch(NO_TRUSTED_KEYS, "cpu")
     time.sleep(1.5)  # longer than the first ask's wait (half the lookup timeout)
-    monkeypatch.setenv("LOCAL_RANK", "0")
+    _as_local_rank(0, monkeypatch, tmp_path)
     serving = ServePolicy(Settings(cache=url))
     try:
         assert other.prefetch is not None

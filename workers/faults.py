@@ -17,10 +17,10 @@ from pathlib import Path
 # sleep past any timeout, "kill-once:KEY" makes it SIGKILL itself the first time
 # only (per parent process: a marker file), and "slow:SECONDS" delays every request
 # by SECONDS (so that a test's jobs outlast the spread between its actors'
-# start-ups); several, comma-separated. The end-to-end pass's key is "pass:<model
-# file stem>". Set in the
-# driver's environment, read there by the settings (``fault_inject``), and handed
-# to the pool, its actors and their children with each job (``FAULT_KEY``).
+# start-ups); several, comma-separated. The end-to-end pass's key is
+# "pass:<model file stem>". Set in the driver's environment, read there by the
+# settings (``fault_inject``), and handed to the pool, its actors and their
+# children with each job (``FAULT_KEY``).
 FAULT_ENV = "AUTOTUNE_FAULT_INJECT"
 FAULT_KEY = "fault"  # the job message's field that carries it to the tuning child
 
