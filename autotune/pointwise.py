@@ -6,9 +6,11 @@ compile (FX graphs, AOTAutograd entries, C++ kernels, Dynamo's package),
 signed, so a fresh node loads them instead of compiling.
 
 Which pointwise kernels a model has depends on which GEMMs won (a winning
-Triton template absorbs its epilogue), so this runs after the GEMM requests are
-tuned: one compile with the warm-start hook (every GEMM a hit) and one run, in
-which Inductor tunes each pointwise/reduction kernel as max-autotune does, and
+Triton template absorbs its epilogue), so a model's pass runs once its own
+GEMM requests are answered (autotune/pass_readiness.py), beside the tuning of other
+models' requests, its timings taking turns with theirs on the GPU
+(inductor_glue/gpu_lock.py): one compile with the warm-start hook (every GEMM a
+hit) and one run, in which Inductor tunes each pointwise/reduction kernel as max-autotune does, and
 the hook copies each winning config into the cache. A job on a fresh node then
 compiles with those configs and tunes nothing.
 
@@ -28,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ from autotune.inductor_glue.distributed import DistributedSpec, job_process_grou
 from autotune.inductor_glue.modelfile import ModelFile
 from autotune.workers.faults import inject_fault
 
+from .pass_readiness import ModelReadiness
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -439,34 +443,49 @@ class PointwisePass:
         copies = rank_copies(specs, gpus)
         gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
         self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)), costs)
-        gpu_ids = _gpu_ids(len(self.lanes))
-        self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=gpu_ids[i])
+        self.gpu_ids = _gpu_ids(len(self.lanes))
+        self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=self.gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.units += [[copy] for copy in copies]  # each its own lane, side by side
         self.first = [PointwiseProcess(lane[0]) for lane in self.units]
+        # The passes after each lane's first, longest first: a lane that is free takes the first
+        # of them whose model's GEMMs are answered, whichever lane plan_lanes dealt it to.
+        weight = list(costs) if costs is not None and len(costs) == len(specs) else [1.0] * len(specs)
+        later = [(weight[shard.model], unit) for shards, units in zip(self.lanes, self.units)
+                 for shard, unit in zip(shards[1:], units[1:])]
+        self._later = [unit for _, unit in sorted(later, key=lambda pair: -pair[0])]
+        self._taking = threading.Lock()
+        self._closed = False  # close(): a lane takes nothing more
 
     @property
     def size(self) -> int:
         """How many processes the pass runs: a model each, or a share of one."""
         return sum(len(lane) for lane in self.units)
 
-    def run(self, timeout: float, on_done: Callable[[str], None] | None = None) -> PointwiseReport:
+    def run(self, timeout: float, on_done: Callable[[str], None] | None = None,
+            readiness: ModelReadiness | None = None) -> PointwiseReport:
         """Run every lane side by side; ``on_done`` gets each process's model file as it ends
-        (the sweep's progress). Never raises."""
+        (the sweep's progress). With ``readiness`` a pass starts once its model's GEMMs are
+        answered, while other requests are still being tuned; without, at once. Never raises."""
         import concurrent.futures
 
         started = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.units))) as pool:
-            lanes = list(pool.map(lambda i: self._run_lane(i, timeout, on_done), range(len(self.units))))
+            lanes = list(pool.map(lambda i: self._run_lane(i, timeout, on_done, readiness), range(len(self.units))))
         return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
 
-    def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None) -> list[PointwiseReport]:
-        """The lane's passes one after another. A pass whose process was SIGKILLed by someone
-        else (the OOM killer) runs once more in a fresh process; one that fails is recorded
-        against its model, and the lane goes on to the next."""
+    def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None,
+                  readiness: ModelReadiness | None) -> list[PointwiseReport]:
+        """The lane's passes one after another: its first (started early), then whichever later
+        pass is ready first. A pass whose process was SIGKILLed by someone else (the OOM killer)
+        runs once more in a fresh process; one that fails is recorded against its model, and the
+        lane goes on to the next."""
         reports = []
-        for position, spec in enumerate(self.units[index]):
-            process = self.first[index] if position == 0 else PointwiseProcess(spec)
+        first: PointwiseProcess | None = self.first[index]
+        while (taken := self._take(index, first, readiness)) is not None:
+            spec, process = taken
+            if process is first:
+                first = None
             report = process.run(timeout)
             if process.killed:
                 log.warning("the end-to-end pass of %s was killed (%s); running it again", spec.model_path,
@@ -480,7 +499,36 @@ class PointwisePass:
                 on_done(spec.model_path)
         return reports
 
+    def _take(self, index: int, first: PointwiseProcess | None,
+              readiness: ModelReadiness | None) -> tuple[PointwiseSpec, PointwiseProcess] | None:
+        """The lane's next pass: its own first while that is ready, else the first ready later
+        one (a rank's copy takes its own only); waits while none is. None: nothing is left."""
+        own = [self.units[index][0]] if first is not None else []
+        shared = index < len(self.lanes)  # the rank copies' lanes keep to their own device
+        while True:
+            with self._taking:
+                if self._closed:
+                    return None
+                candidates = own + (self._later if shared else [])
+                if not candidates:
+                    return None
+                ready = 0 if readiness is None else next(
+                    (i for i, spec in enumerate(candidates) if readiness.ready(spec.model_path)), None)
+                if ready is not None:
+                    if own and ready == 0:
+                        assert first is not None
+                        return own[0], first
+                    spec = self._later.pop(ready - len(own))
+                    spec = dataclasses.replace(spec, gpu=self.gpu_ids[index])
+                    return spec, PointwiseProcess(spec)
+            assert readiness is not None
+            readiness.first_ready([spec.model_path for spec in candidates], timeout=1.0)
+
     def close(self) -> None:
+        """Stop every pass: those running, those waiting for the word, and those not begun."""
+        with self._taking:
+            self._later.clear()
+            self._closed = True
         for process in self.first:
             process.close()
 

@@ -74,7 +74,7 @@ class Settings:
     # GPU sweeps: requests each GPU works on at once. A request spends most of its time
     # compiling candidates on the CPU (nearly all of it for a transformer GEMM on a GPU,
     # torch 2.11), so one compiles while another benchmarks; the GPU timings themselves take
-    # turns (a lock per GPU, workers/gpu_lock.py).
+    # turns (a lock per GPU, inductor_glue/gpu_lock.py).
     jobs_per_gpu: int = 4
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0

@@ -33,6 +33,7 @@ from autotune.cache.records import (
 from autotune.inductor_glue.distributed import DistributedSpec
 from autotune.inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
 
+from .pass_readiness import ModelReadiness
 from .plan import CACHED, PlanStream, shape_summary
 from .settings import Settings
 
@@ -442,6 +443,8 @@ class _Sweep:
         self.pointwise: PointwisePass | None = None
         self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
         self.found_in: dict[str, str] = {}  # request key -> the first model whose capture found it
+        self.readiness = ModelReadiness()  # which models' passes may start (their GEMMs answered)
+        self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
 
     def mark(self, milestone: str) -> None:
         self.report.mark(milestone, time.perf_counter() - self.started)
@@ -502,6 +505,7 @@ class _Sweep:
             self.report.env = self.report.env or captured.env
             entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
                                                             captured.seconds)
+            self.readiness.captured(entry.path)
             self.report.capture_seconds += captured.seconds
 
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
@@ -531,7 +535,9 @@ class _Sweep:
         if env is not None and env_key not in self.cached_keys:
             self.cached_keys[env_key] = self.store.cached_request_keys(env)
         decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
-        if decision is None:
+        if decision is None:  # found before: this model's pass waits for it too, if it is still queued
+            if self.readiness.waits_on(request.key):
+                self.readiness.needs(model, request.key)
             return 0
         self.found_in.setdefault(request.key, model)
         if decision == CACHED:
@@ -540,6 +546,7 @@ class _Sweep:
             self.report.outcomes.append(Outcome(request, "planned", model=model))
         else:
             self.mark("first_request_queued")
+            self.readiness.needs(model, request.key)
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
                                    self.report.sweep_id))
         return 1
@@ -576,13 +583,21 @@ class _Sweep:
         self.progress.stage(f"starting the workers for {len(self.queue)} request(s) on Ray{where}{lanes}")
         pool = self.starter.pool()  # waits for the start if it is still going; raises its WorkerError
         kind = "GPU" if self.device == "cuda" else "CPU"
-        self.progress.start(len(self.queue), f"tuning {len(self.queue)} request(s) on "
-                                             f"{max(1, min(len(pool.slots), len(self.queue)))} {kind} worker(s)")
-        for outcome in self.dispatcher.outcomes():
-            self.mark("first_result")
-            outcome.model = self.found_in.get(outcome.request.key)
-            self.report.outcomes.append(outcome)
-            self.progress.advance(outcome)
+        description = (f"tuning {len(self.queue)} request(s) on "
+                       f"{max(1, min(len(pool.slots), len(self.queue)))} {kind} worker(s)")
+        passes = self._passes_beside_tuning()
+        if passes:
+            description += f", and {passes} end-to-end pass(es) as their models' GEMMs are answered"
+        self.progress.start(len(self.queue) + passes, description)
+        try:
+            for outcome in self.dispatcher.outcomes():
+                self.mark("first_result")
+                outcome.model = self.found_in.get(outcome.request.key)
+                self.report.outcomes.append(outcome)
+                self.readiness.answered(outcome.request.key)
+                self.progress.advance(outcome)
+        finally:
+            self.readiness.release()  # however tuning ended, no pass waits for it any longer
         self.mark("last_result")
         began = self.dispatcher.began or time.perf_counter()
         self.report.tuning_seconds = time.perf_counter() - began
@@ -598,6 +613,18 @@ class _Sweep:
             # Stopped at the first result the cache refused: what was not started stays to do.
             self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN, model=self.found_in.get(job.request.key))
                                      for job in self.queue.left()]
+
+    def _passes_beside_tuning(self) -> int:
+        """Start the end-to-end pass now, on a thread, each model's pass once its GEMMs are
+        answered, beside the rest of the tuning: on GPUs only, whose timings take turns (on a
+        CPU a pass's compile would slow the timings beside it), and not behind a resumed pass
+        (which runs first). How many passes it runs."""
+        if self.pointwise is None or self.device != "cuda" or self.resumed is not None:
+            return 0
+        self.mark("pointwise_go")
+        self.passes_beside = _PassesBeside(self.pointwise, self.settings.request_timeout, self.progress.advance,
+                                           self.readiness)
+        return self.pointwise.size
 
     def close(self) -> None:
         if self.queue is not None:
@@ -656,8 +683,15 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         sweep.mark("resumed_pass_done")
     if sweep.pointwise is not None and report.store_error is not None:
         sweep.pointwise.close()  # it would write to a cache that refuses writes
+        if sweep.passes_beside is not None:
+            sweep.passes_beside.join()
         sweep.pointwise = None
-    if sweep.pointwise is not None:
+    if sweep.passes_beside is not None and sweep.pointwise is not None:
+        log.info("tuning done; waiting for the end-to-end passes begun beside it")
+        later = sweep.passes_beside.join()
+        sweep.mark("pointwise_done")
+        report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
+    elif sweep.pointwise is not None:
         what = "tuning pointwise/reduction kernels" if sweep.device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
         sweep.progress.start(sweep.pointwise.size, f"end-to-end pass: {what}{signed}")
@@ -667,6 +701,25 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
+
+
+class _PassesBeside:
+    """The end-to-end pass on a thread, while the sweep's thread takes tuning's results."""
+
+    def __init__(self, passes: PointwisePass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
+        self.report: PointwiseReport | None = None
+        self._thread = threading.Thread(target=self._run, args=(passes, timeout, on_done, readiness),
+                                        name="autotune-passes", daemon=True)
+        self._thread.start()
+
+    def _run(self, passes: PointwisePass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
+        self.report = passes.run(timeout, on_done=on_done, readiness=readiness)  # never raises
+
+    def join(self) -> PointwiseReport:
+        from .pointwise import PointwiseReport
+
+        self._thread.join()
+        return self.report or PointwiseReport(error="the end-to-end pass ended without a report")
 
 
 def _checked_store(options: SweepOptions, settings: Settings) -> Any:

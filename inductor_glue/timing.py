@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .gpu_lock import gpu_timing_turn
+
 AHEAD_CALLS = 8  # calls the CPU queues while the GPU sleeps: their timings carry no launch
 SLEEP_CYCLES_PER_MS = 2_000_000  # a data-centre GPU's SM clock (~2 GHz); a slower clock sleeps longer
 MIN_HOLD_MS = 0.1
@@ -127,7 +129,9 @@ def _wrap(original: Callable[..., float]) -> Callable[..., float]:
         if not plain or not device.startswith("cuda"):
             return original(_callable, *args, **kwargs)  # a mode we do not reproduce
         sizes = {k: kwargs[k] for k in ("estimation_iters", "benchmark_iters", "max_benchmark_duration") if k in kwargs}
-        with _benchmark_lock():
+        # In turn with the other processes timing on this GPU: the tuning children, and other
+        # models' end-to-end passes that run beside them.
+        with gpu_timing_turn(device), _benchmark_lock():
             return benchmark_gpu_queued(_callable, **sizes)
 
     return benchmark_gpu

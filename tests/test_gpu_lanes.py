@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.workers.gpu_lock import gpu_timing_turn
+from autotune.inductor_glue.gpu_lock import gpu_timing_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -24,7 +24,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
 
 _HOLDER = """
 import sys, time
-from autotune.workers.gpu_lock import gpu_timing_turn
+from autotune.inductor_glue.gpu_lock import gpu_timing_turn
 with gpu_timing_turn("cuda"):
     began = time.time()
     time.sleep(1.0)
@@ -75,3 +75,13 @@ def test_an_aten_win_has_its_fastest_template_checked_in_the_same_compile(tmp_pa
     assert checked["passed"] is True and "max_abs_err" in checked, checked
     assert result.validation["passed"] is True  # ATen's own numbers, from eager mode
     print(f"tuned in {seconds:.1f} s; {checked['name']} checked beside the ATen winner")
+
+
+@needs_gpu
+def test_the_turn_is_reentrant_within_a_process_and_released_after() -> None:
+    # A tuning child holds the turn around a request's candidates, and its kernel-bound timing
+    # asks for it again per call (inductor_glue/timing.py): nesting must not wait on itself.
+    with gpu_timing_turn("cuda"), gpu_timing_turn("cuda"):
+        pass
+    holder = subprocess.run([sys.executable, "-c", _HOLDER], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert holder.returncode == 0, holder.stderr  # released: another process took it

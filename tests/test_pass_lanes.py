@@ -1,17 +1,21 @@
 """The sweep's end-to-end passes in lanes (autotune/pointwise.py ``PointwisePass``): passes side
-by side, a pass whose process is killed run again, and a pass that crashes recorded against its
-model while its lane goes on."""
+by side, a pass whose process is killed run again, a pass that crashes recorded against its
+model while its lane goes on, and a pass that waits for its model's GEMMs while a ready one runs
+(autotune/pass_readiness.py)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from autotune.pass_readiness import ModelReadiness
 from autotune.pointwise import PointwisePass, PointwiseSpec
 
 MODELS = Path(__file__).parent / "models"
@@ -55,3 +59,42 @@ def test_a_killed_pass_runs_again_and_a_crashing_one_is_recorded_against_its_mod
     assert "exited 17" in report.failed[0]["error"]  # a crash is recorded, not run again
     assert report.requeued == 1  # the killed one ran again in a fresh process
     assert {p["model"] for p in report.passes} == {MLP} and report.gemm_misses == 0  # and compiled
+
+
+def test_a_pass_waits_for_its_models_gemms_and_a_ready_one_goes_first(swept: str) -> None:
+    # One lane, the bmm model dealt first: its GEMMs are still being tuned, the MLP's are
+    # answered. The lane runs the MLP's pass meanwhile; the bmm's begins once its GEMM is.
+    readiness = ModelReadiness()
+    for model in (BMM, MLP):
+        readiness.captured(model)
+    readiness.needs(BMM, "bmm-request")
+    answered_at: list[float] = []
+
+    def done(model: str) -> None:
+        if model == MLP:  # tuning answers the bmm's request after the MLP's pass
+            answered_at.append(time.time())
+            readiness.answered("bmm-request")
+
+    report = PointwisePass([_spec(BMM, swept), _spec(MLP, swept)], gpus=1).run(timeout=300, on_done=done,
+                                                                             readiness=readiness)
+    assert report.error is None and report.failed == [], report.failed
+    assert [p["model"] for p in report.passes] == [MLP, BMM], report.passes
+    assert report.passes[1]["began_at"] >= answered_at[0] - 0.01
+
+
+def test_readiness_waits_for_capture_and_every_queued_request() -> None:
+    readiness = ModelReadiness()
+    readiness.needs("a.py", "k1")
+    readiness.needs("b.py", "k1")  # found by both models, queued once
+    readiness.needs("b.py", "k2")
+    assert not readiness.ready("a.py")  # capture of a.py not complete
+    readiness.captured("a.py")
+    readiness.captured("b.py")
+    assert readiness.waits_on("k1") and not readiness.ready("a.py")
+    readiness.answered("k1")
+    assert readiness.ready("a.py") and not readiness.ready("b.py")
+    assert readiness.first_ready(["b.py", "a.py"], timeout=0.1) == 1
+    began = time.perf_counter()
+    assert readiness.first_ready(["b.py"], timeout=0.2) is None and time.perf_counter() - began >= 0.2
+    threading.Timer(0.1, readiness.release).start()  # tuning ended: every pass may go
+    assert readiness.first_ready(["b.py"], timeout=30) == 0

@@ -7,7 +7,7 @@ or hangs the child becomes a failed result and the next job gets a new child.
 With several lanes (a threaded actor, one call per lane at a time) each lane has
 a child of its own: while one child compiles its request's candidates on the
 CPU, another times its own on the GPU; the GPU timings take turns
-(``gpu_lock.py``), so no candidate is timed beside another's kernels.
+(``inductor_glue/gpu_lock.py``), so no candidate is timed beside another's kernels.
 The actor stores every result the moment it has it, so an interrupted sweep
 resumes where it stopped.
 """

@@ -4,7 +4,7 @@ Like kernel_tuner's parallel runner: one actor per GPU (``num_gpus=1``, so each
 sees its GPU as device 0), or ``workers`` actors on CPU. A CPU actor holds one job
 at a time; a GPU actor holds ``lanes`` (``--jobs-per-gpu``), each in a tuning child
 of its own, so that one request compiles its candidates on the CPU while another's
-are timed on the GPU (the timings take turns: workers/gpu_lock.py). A job that
+are timed on the GPU (the timings take turns: inductor_glue/gpu_lock.py). A job that
 crashes or hangs its tuning child comes back from the actor as a failed result.
 Should the actor itself die (its node lost), its jobs go back to the queue for
 another actor (at most MAX_JOB_RETRIES times each), and Ray restarts the actor

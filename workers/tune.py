@@ -35,6 +35,7 @@ from autotune.cache.records import (
 )
 from autotune.inductor_glue import padding
 from autotune.inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from autotune.inductor_glue.gpu_lock import gpu_timing_turn
 from autotune.inductor_glue.inductor import (
     Benchmark,
     ObservedRequest,
@@ -47,7 +48,6 @@ from autotune.inductor_glue.inductor import (
 from autotune.inductor_glue.pinning import fastest_template
 from autotune.inductor_glue.timing import kernel_bound_timing
 
-from .gpu_lock import gpu_timing_turn
 from .jobs import TuneJob
 from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
 from .symbolic import symbol_numbers
