@@ -725,6 +725,8 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 @click.option("--gpus", type=click.IntRange(min=1), help="Use at most N GPUs [default: all].")
 @click.option("--jobs-per-gpu", type=click.IntRange(min=1), help="Requests each GPU works on at once: one "
               "compiles its candidates while another times them; the timings take turns [default: 4].")
+@click.option("--capture-processes", type=click.IntRange(min=1), help="Models captured at once, each in a "
+              "process of its own [default: one per GPU; on a CPU, one model after another].")
 @click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
 @click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
@@ -739,9 +741,9 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | None, inductor_config: tuple[str, ...],
           batch_sizes: str | None, dynamic: bool, train: bool, ddp: bool, bucket_cap_mb: float | None, fsdp: bool,
           world_size: int | None, device: str | None, address: str | None,
-          workers: int | None, gpus: int | None, jobs_per_gpu: int | None, request_timeout: float | None,
-          force: bool, dry_run: bool, misses: bool, signing_key: str | None, log_path: str | None, verbose: bool,
-          as_json: bool) -> None:
+          workers: int | None, gpus: int | None, jobs_per_gpu: int | None, capture_processes: int | None,
+          request_timeout: float | None, force: bool, dry_run: bool, misses: bool, signing_key: str | None,
+          log_path: str | None, verbose: bool, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
     Several models make one queue: the union of their requests is tuned once. Sweeps
@@ -770,8 +772,8 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
     if not models and not misses:
         fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(ctx, mode=mode, device=device, address=address, workers=workers, gpus=gpus,
-                         jobs_per_gpu=jobs_per_gpu, request_timeout=request_timeout, signing_key=signing_key,
-                         log=log_path)
+                         jobs_per_gpu=jobs_per_gpu, capture_processes=capture_processes,
+                         request_timeout=request_timeout, signing_key=signing_key, log=log_path)
     _check_keys(settings)
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,

@@ -71,6 +71,9 @@ class Settings:
     workers: int = 1
     # GPU sweeps: how many GPUs to use (None: every GPU Ray sees).
     gpus: int | None = None
+    # Sweeps of several models: captures run at once, each in a process of its own (None: one
+    # per GPU on a GPU host; on a CPU, in the sweep's process, one model after another).
+    capture_processes: int | None = None
     # GPU sweeps: requests each GPU works on at once. A request spends most of its time
     # compiling candidates on the CPU (nearly all of it for a transformer GEMM on a GPU,
     # torch 2.11), so one compiles while another benchmarks; the GPU timings themselves take

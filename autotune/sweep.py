@@ -480,33 +480,83 @@ class _Sweep:
             self.dispatcher = _Dispatcher(self.starter, self.queue)
 
     def capture(self, models: list[ModelFile]) -> None:
+        lanes = self._capture_lanes(models)
+        if lanes > 1:
+            models = self._capture_side_by_side(models, lanes)  # those left: their process failed
         for model in models:
-            entry = ModelCapture(str(model.path))
-            self.report.models.append(entry)
+            entry = next((e for e in self.report.models if e.path == str(model.path)), None)
+            if entry is None:
+                entry = ModelCapture(str(model.path))
+                self.report.models.append(entry)
             self.progress.stage(f"capturing {model.path} ({self.settings.mode}, {self.device})")
+            self._capture_here(model, entry)
 
-            def found(request: TuningRequest, env: Environment | None, model: ModelFile = model,
-                      entry: ModelCapture = entry) -> None:
+    def _capture_here(self, model: ModelFile, entry: ModelCapture) -> None:
+        """Capture ``model`` in this process (or, without the device here, on a Ray worker)."""
+
+        def found(request: TuningRequest, env: Environment | None) -> None:
+            overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+            entry.new += self._found(request, env, overrides, entry.path)
+
+        if self.local:
+            from autotune.inductor_glue.capture import capture_model
+
+            captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(), **self.kwargs)
+            self._store_pad_decisions(captured.pad_decisions)
+        else:
+            captured, pad_env = _remote_capture(str(model.path), self.options, self.settings, self.kwargs,
+                                                self.store)
+            self._store_pad_decisions(captured.pad_decisions, pad_env)
+            for request in captured.requests:
+                entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
+        self.report.env = self.report.env or captured.env
+        entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
+                                                        captured.seconds)
+        self.report.capture_seconds += captured.seconds
+        self.readiness.captured(entry.path)
+
+    def _capture_lanes(self, models: list[ModelFile]) -> int:
+        """Captures at once: --capture-processes, else one per GPU here for a sweep of several
+        models on GPUs (each capture times padding verdicts on its GPU). One where capture runs
+        on a Ray worker, and for --ddp/--fsdp, whose capture sets up a process group."""
+        if not self.local or self.options.distributed or len(models) < 2:
+            return 1
+        wanted = self.settings.capture_processes
+        if wanted is None:
+            wanted = _local_gpus(self.settings, self.device) if self.device == "cuda" else 1
+        return max(1, min(len(models), wanted))
+
+    def _capture_side_by_side(self, models: list[ModelFile], lanes: int) -> list[ModelFile]:
+        """Capture ``models`` in processes of their own, ``lanes`` at a time (autotune/capture_lanes.py),
+        planning each request as it comes; the models whose process failed, to capture here."""
+        from .capture_lanes import CaptureSpec, capture_side_by_side
+
+        entries = {str(model.path): ModelCapture(str(model.path)) for model in models}
+        self.report.models += entries.values()
+        by_path = {str(model.path): model for model in models}
+        self.progress.stage(f"capturing {len(models)} models, {lanes} at a time ({self.settings.mode}, {self.device})")
+        kwargs = {**self.kwargs, "batch_sizes": list(self.kwargs["batch_sizes"])}
+        kwargs.pop("distributed", None)
+        specs = [CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()) for path in entries]
+        failed: list[ModelFile] = []
+        for found in capture_side_by_side(specs, lanes):
+            model, entry = by_path[found.model_path], entries[found.model_path]
+            if found.request is not None:
                 overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
-                entry.new += self._found(request, env, overrides, entry.path)
-
-            if self.local:
-                from autotune.inductor_glue.capture import capture_model
-
-                captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
-                                         **self.kwargs)
-                self._store_pad_decisions(captured.pad_decisions)
+                entry.new += self._found(found.request, found.env, overrides, entry.path)
+            elif found.result is None:
+                failed.append(model)
             else:
-                captured, pad_env = _remote_capture(str(model.path), self.options, self.settings, self.kwargs,
-                                                    self.store)
-                self._store_pad_decisions(captured.pad_decisions, pad_env)
-                for request in captured.requests:
-                    entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
-            self.report.env = self.report.env or captured.env
-            entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
-                                                            captured.seconds)
-            self.readiness.captured(entry.path)
-            self.report.capture_seconds += captured.seconds
+                self._captured_elsewhere(entry, found.result)
+        return failed
+
+    def _captured_elsewhere(self, entry: ModelCapture, result: dict[str, Any]) -> None:
+        self._store_pad_decisions(result["pad_decisions"])
+        if result["env"] and self.report.env is None:
+            self.report.env = Environment.from_json(result["env"])
+        entry.requests, entry.lookups, entry.seconds = result["requests"], result["total_lookups"], result["seconds"]
+        self.report.capture_seconds += result["seconds"]
+        self.readiness.captured(entry.path)
 
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
         """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,

@@ -120,6 +120,16 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
     assert report.to_json()["totals"]["deduplicated"] == 2
 
 
+def test_models_captured_side_by_side_are_planned_as_captured_in_turn(sqlite_url: str) -> None:
+    bmm = str(Path(TINY).parent / "tiny_bmm.py")
+    reports = [run_sweep(SweepOptions(TINY, more_models=(bmm,), dry_run=True),
+                         Settings.from_env(cache=sqlite_url, device="cpu", capture_processes=n)) for n in (1, 2)]
+    in_turn, side_by_side = ({o.request.key: o.model for o in r.outcomes} for r in reports)
+    assert side_by_side == in_turn and len(in_turn) >= 2, _debug(reports[1])
+    assert [(m.path, m.requests, m.new) for m in reports[1].models] == [
+        (m.path, m.requests, m.new) for m in reports[0].models]
+
+
 def _tiny_cpu_jobs() -> list[TuneJob]:
     """The tiny MLP's requests, captured on CPU, as tuning jobs."""
     from autotune.inductor_glue.capture import capture_model

@@ -1,0 +1,148 @@
+"""Capture several models at once, one fresh process per GPU, their requests streamed back.
+
+Capture compiles each model once in dry-run mode: seconds to a minute of CPU work per model,
+which the sweep did one model after another in its own process, while the GPUs waited for
+the requests. With several GPUs, each takes a model at a time (``python -m
+autotune.capture_lanes``, pinned to it by CUDA_VISIBLE_DEVICES: capture times padding verdicts
+on its GPU), and every request goes to the sweep as it is found, as an in-process capture's
+does. A capture process that fails leaves its model to the sweep's own process (``failed``),
+which captures it as before: this never makes a sweep worse than capturing in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.cache.records import Environment, TuningRequest
+
+log = logging.getLogger(__name__)
+
+_REQUEST = "CAPTURE-REQUEST "
+_DONE = "CAPTURE-DONE "
+
+
+@dataclass
+class CaptureSpec:
+    """One model's capture, as plain data (it travels in argv)."""
+
+    model_path: str
+    entry: str
+    kwargs: dict[str, Any]  # capture_model's keywords (JSON: no distributed spec)
+    pad_decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gpu: str | None = None
+
+
+@dataclass
+class Found:
+    """What a capture process sent: a request, or its end (``result``; None: it failed)."""
+
+    model_path: str
+    request: TuningRequest | None = None
+    env: Environment | None = None
+    result: dict[str, Any] | None = None
+    done: bool = False
+
+
+def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Iterator[Found]:
+    """Capture every spec, ``lanes`` processes at a time, each spec on its own lane's GPU;
+    yield each request as found and each capture's end, in the order they come."""
+    inbox: queue.Queue[Found] = queue.Queue()
+    waiting = list(specs)
+    taking = threading.Lock()
+
+    def lane(gpu: str | None) -> None:
+        while True:
+            with taking:
+                if not waiting:
+                    return
+                spec = waiting.pop(0)
+            _run_one(CaptureSpec(spec.model_path, spec.entry, spec.kwargs, spec.pad_decisions, gpu), inbox.put)
+
+    gpus = _lane_gpus(lanes)
+    for gpu in gpus:
+        threading.Thread(target=lane, args=(gpu,), name="autotune-capture-lane", daemon=True).start()
+    ended = 0
+    while ended < len(specs):
+        found = inbox.get()
+        ended += found.done
+        yield found
+
+
+def _lane_gpus(lanes: int) -> list[str | None]:
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if lanes <= 1:
+        return [None]
+    return [visible[i] if i < len(visible) else str(i) for i in range(lanes)]
+
+
+def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
+    """One capture process, its lines turned into ``Found``; its end sent whatever happens."""
+    from autotune.workers.child import clean_environment
+
+    env = clean_environment()
+    if spec.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = spec.gpu
+    result: dict[str, Any] | None = None
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", json.dumps(spec.__dict__)],
+                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(_REQUEST):
+                data = json.loads(line[len(_REQUEST):])
+                send(Found(spec.model_path, TuningRequest.from_json(data["request"]),
+                           Environment.from_json(data["env"]) if data["env"] else None))
+            elif line.startswith(_DONE):
+                result = json.loads(line[len(_DONE):])
+        if proc.wait() != 0:
+            log.warning("capturing %s in its own process failed (exit %s); capturing it in the sweep's",
+                        spec.model_path, proc.returncode)
+            result = None
+    except Exception as exc:  # noqa: BLE001 - the sweep captures the model itself instead
+        log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's", spec.model_path, exc)
+        result = None
+    send(Found(spec.model_path, result=result, done=True))
+
+
+def _serve(spec: CaptureSpec) -> int:
+    from autotune.inductor_glue.capture import capture_model
+    from autotune.inductor_glue.modelfile import load_model_file
+
+    def found(request: TuningRequest, env: Environment | None) -> None:
+        line = json.dumps({"request": request.to_json(), "env": env.to_json() if env else None})
+        print(_REQUEST + line, flush=True)
+
+    began_at = time.time()
+    model = load_model_file(spec.model_path, spec.entry)
+    kwargs = dict(spec.kwargs, batch_sizes=tuple(spec.kwargs["batch_sizes"]))
+    result = capture_model(model, on_request=found, pad_decisions=spec.pad_decisions, **kwargs)
+    print(_DONE + json.dumps({
+        "env": result.env.to_json() if result.env else None,
+        "requests": len(result.requests),
+        "config_overrides": result.config_overrides,
+        "seconds": result.seconds,
+        "total_lookups": result.total_lookups,
+        "pad_decisions": result.pad_decisions,
+        "began_at": began_at,
+        "ended_at": time.time(),
+    }), flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    return _serve(CaptureSpec(**json.loads(argv[0])))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
