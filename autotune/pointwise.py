@@ -456,6 +456,7 @@ class PointwisePass:
         self._later = [unit for _, unit in sorted(later, key=lambda pair: -pair[0])]
         self._taking = threading.Lock()
         self._closed = False  # close(): a lane takes nothing more
+        self.started: list[PointwiseProcess] = []  # the later passes' processes, for close()
 
     @property
     def size(self) -> int:
@@ -490,7 +491,12 @@ class PointwisePass:
             if process.killed:
                 log.warning("the end-to-end pass of %s was killed (%s); running it again", spec.model_path,
                             report.error)
-                report = PointwiseProcess(spec).run(timeout)
+                with self._taking:
+                    if self._closed:
+                        break
+                    again = PointwiseProcess(spec)
+                    self.started.append(again)
+                report = again.run(timeout)
                 report.requeued += 1
             if report.error:
                 report.failed.append({"model": spec.model_path, "shard": list(spec.shard), "error": report.error})
@@ -520,7 +526,9 @@ class PointwisePass:
                         return own[0], first
                     spec = self._later.pop(ready - len(own))
                     spec = dataclasses.replace(spec, gpu=self.gpu_ids[index])
-                    return spec, PointwiseProcess(spec)
+                    process = PointwiseProcess(spec)
+                    self.started.append(process)
+                    return spec, process
             assert readiness is not None
             readiness.first_ready([spec.model_path for spec in candidates], timeout=1.0)
 
@@ -529,7 +537,7 @@ class PointwisePass:
         with self._taking:
             self._later.clear()
             self._closed = True
-        for process in self.first:
+        for process in [*self.first, *self.started]:
             process.close()
 
 

@@ -19,16 +19,20 @@ The last three run with 0 s and with 5 s (``--build-seconds``) of model building
 set-up call and the compile: the model is built, then the process sleeps for the rest. Each
 records the first call (the compile call to the first result; a training model's whole first
 step: forward, backward, optimizer) and the whole process (its start to the first result).
+With PREFETCH_PROFILE_DIR set, each child also writes its first call's cProfile there.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
 import os
+import pstats
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from argparse import Namespace
 from pathlib import Path
@@ -45,6 +49,7 @@ DEFAULT_MODELS = ("resnet", "gpt", "lm_train", "mlp")  # a conv net, a transform
 QUICK_MODELS = ("mlp",)
 TIMED = ("floor", "warm-start", "prefetch")
 SPAWNED_ENV = "PREFETCH_BENCH_SPAWNED_AT"  # the parent's wall clock when it started the child
+PROFILE_ENV = "PREFETCH_PROFILE_DIR"  # set: each child writes its first call's cProfile here
 FIRST_CALL_GOAL = 0.5  # with model building: the prefetch's first call <= 0.5x the floor's
 WHOLE_GOAL = 0.8  # and its whole process <= 0.8x the floor's
 DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode's
@@ -84,15 +89,33 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     time.sleep(max(0.0, args.build_seconds - result["model_build_s"]))
     mode = "max-autotune" if handle is not None else "default"
     options = Namespace(dynamic=None, optimizer_step="compiled")
+    result["threads_at_first_call"] = sorted(t.name for t in threading.enumerate())  # what still runs beside it
+    profiler = cProfile.Profile() if os.environ.get(PROFILE_ENV) else None
     with torch.no_grad() if prepared.train_step is None else torch.enable_grad():
         start = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         work = compile_time._compile_workload(prepared, mode, options)
+        if cuda and mode == "max-autotune":  # it replays CUDA graphs: the step is a new one (a training step's
+            torch.compiler.cudagraph_mark_step_begin()  # outputs would be overwritten within it otherwise)
         work(prepared.inputs)
         sync()
         result["first_call_s"] = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        _write_profile(profiler, Path(os.environ[PROFILE_ENV]) / f"{Path(args.model).stem}-{args.scenario}-"
+                       f"{args.build_seconds:g}.txt")
     result["whole_process_s"] = time.time() - spawned
     result.update(device="cuda" if cuda else "cpu", mode=mode, train=prepared.train_step is not None)
     _after(args, result, handle)
+
+
+def _write_profile(profiler: cProfile.Profile, path: Path) -> None:
+    """The first call's profile (its thread only), by cumulative and by own time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for order, top in (("cumulative", 80), ("tottime", 40)):
+            pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(top)
 
 
 def _set_up(args: argparse.Namespace) -> Any:

@@ -8,7 +8,9 @@ Steps, each with a fresh SQLite cache and fresh compile caches:
   its requests; efficiency T1 / (N TN) and the serial fraction it implies (Amdahl), projected
   to 8 and 16 GPUs from the widest measured;
 - ``cold``: the alternative a team has without a shared cache: each model's cold max-autotune
-  compile, ``--cold-gpus`` at a time, one per GPU (its first call, then the next model).
+  compile, ``--cold-gpus`` at a time, one per GPU (its first call, then the next model);
+- ``warm``: fresh warm-started jobs of ``--warm-models`` against the cache the widest queue step
+  of this run filled: the benchmarks each ran (0 is the goal) and its first call.
 
 The workload (``WORKLOAD``, or ``--models``): zoo entries as ``name:mode`` (model files written
 by benchmarks/zoo.py) or paths. Two Ray nodes of 2 GPUs each run through
@@ -37,12 +39,14 @@ from benchmarks import compile_time, harness, sweep_bench, zoo
 from benchmarks.harness import fmt
 
 log = logging.getLogger("team_queue")
-# Zoo families with many GEMM/conv requests and a training row (issue 52: at least 6 models and
-# 150 requests); whether its 1-GPU sweep fits one device call is the first run's to say.
+# Zoo models with many GEMM/conv requests for the time their end-to-end passes take, by their
+# single-model sweeps on an H200 (benchmarks/results/conformance.md), and a training row (issue 52:
+# at least 6 models and 150 requests, the 1-GPU sweep within one device call).
 WORKLOAD = ("resnet50:infer", "mobilenet_v3_large:infer", "efficientnet_b0:infer", "convnext_tiny:infer",
-            "t5:infer", "dlrm:infer", "mlp_mixer:train")
+            "mlp_mixer:infer", "dlrm:infer", "dlrm:train")
 QUEUE_STEPS = {"queue1": 1, "queue2": 2, "queue4": 4}
-STEPS = (*QUEUE_STEPS, "cold")
+STEPS = (*QUEUE_STEPS, "cold", "warm")
+WARM_MODELS = ("resnet50:infer", "dlrm:train")  # a conv net and the training row
 PROJECTED = (8, 16)
 EFFICIENCY_GOALS = {2: 0.85, 4: 0.8}
 COLD_GOAL = 0.5  # the 4-GPU sweep's wall time against the 4-GPU cold-compile alternative's
@@ -84,6 +88,21 @@ def cold_alternative(paths: list[str], gpus: int, tmp: Path, timeout: float) -> 
     return {"status": "ok" if ok else "error", "gpus": gpus, "wall_s": time.perf_counter() - began, "models": models}
 
 
+def warm_starts(entries: list[str], paths: list[str], cache: Path, tmp: Path, timeout: float) -> dict[str, Any]:
+    """A fresh warm-started job of each entry, one after another, against ``cache``."""
+    models = {}
+    for entry, path in zip(entries, paths):
+        run = compile_time.ModelRun(entry, path, ["warm-start"], tmp / entry.replace(":", "_"),
+                                    f"sqlite:///{cache}", train=compile_time.is_training_file(path))
+        options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False,
+                                     timeout=timeout)
+        result = compile_time.run_model_scenario("warm-start", run, options, None)
+        models[entry] = {"status": result.get("status"), "first_call_s": result.get("first_call_s"),
+                         "bench": result.get("bench"), "error": result.get("error")}
+    ok = all(m["status"] == "ok" for m in models.values())
+    return {"status": "ok" if ok else "error", "cache": cache.name, "models": models}
+
+
 def derive(run: dict[str, Any]) -> None:
     """Efficiencies, serial fractions, their projection and the ratio to the cold alternative."""
     steps = run["steps"]
@@ -117,6 +136,10 @@ def goals(run: dict[str, Any]) -> list[str]:
         efficiency = (run["steps"].get(f"queue{n}") or {}).get("efficiency")
         if efficiency is not None:
             out.append(f"- efficiency at {n} GPUs >= {goal}: {efficiency:.2f} ({'met' if efficiency >= goal else 'NOT met'})")
+    warm = (run["steps"].get("warm") or {}).get("models") or {}
+    if warm:
+        clean = all(m.get("status") == "ok" and not any((m.get("bench") or {}).values()) for m in warm.values())
+        out.append(f"- every warm-started model ({', '.join(warm)}) ran 0 benchmarks: {'met' if clean else 'NOT met'}")
     if run.get("vs_cold") is not None:
         met = "met" if run["vs_cold"] <= COLD_GOAL else "NOT met"
         out.append(f"- the 4-GPU sweep <= {COLD_GOAL}x the 4-GPU cold-compile alternative: {run['vs_cold']:.2f} ({met})")
@@ -134,11 +157,26 @@ def render(run: dict[str, Any]) -> list[str]:
                             "efficiency", "serial fraction"], rows)
     for k, p in (run.get("projected") or {}).items():
         lines.append(f"- projected to {k} GPUs: {p['wall_s']:.0f} s, efficiency {p['efficiency']:.2f}")
+    for entry, warm in ((steps.get("warm") or {}).get("models") or {}).items():
+        bench = warm.get("bench") or {}
+        lines.append(f"- {entry} warm-started against the {steps['warm'].get('cache')} cache: {warm.get('status')}, "
+                     f"first call {fmt(warm.get('first_call_s'))} s, benchmarks "
+                     + ", ".join(f"{k} {v}" for k, v in bench.items()))
     cold = steps.get("cold")
     if cold:
         lines.append(f"- cold max-autotune, each model once, {cold.get('gpus')} at a time: {fmt(cold.get('wall_s'))} s "
                      f"({cold.get('status')})")
     return lines + [""] + goals(run)
+
+
+def _warm_step(args: argparse.Namespace, entries: list[str], paths: list[str], kept: Path, tmp: Path,
+               timeout: float) -> dict[str, Any]:
+    """The warm step against the widest queue step this run swept (its cache kept)."""
+    caches = [db for key in reversed(QUEUE_STEPS) for db in sorted((kept / key).glob("*.db"))]
+    if not caches:
+        return {"status": "error", "error": "no queue step of this run left a cache to warm-start from"}
+    chosen = [e.strip() for e in args.warm_models.split(",") if e.strip() in entries]
+    return warm_starts(chosen, [paths[entries.index(e)] for e in chosen], caches[0], tmp, timeout)
 
 
 def results(out: Path) -> harness.Results:
@@ -150,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(WORKLOAD), help="zoo name:mode entries or paths (default: WORKLOAD)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"any of {', '.join(STEPS)}")
+    parser.add_argument("--warm-models", default=",".join(WARM_MODELS),
+                        help="entries of --models the warm step starts (default: %(default)s)")
     parser.add_argument("--cold-gpus", type=int, default=4, help="compiles at once in the cold step (default 4)")
     parser.add_argument("--out", default=str(harness.RESULTS), help="folder of team_queue.json/.md")
     parser.add_argument("--label", default=None, help="the run's name (default: the GPU and its count)")
@@ -164,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     run.update(workload=entries, steps=earlier.get("steps") or {}, skipped=[])
     stubs = Path(tempfile.mkdtemp(prefix="team_queue_models_"))
     paths = model_paths(entries, stubs)
+    kept = Path(tempfile.mkdtemp(prefix="team_queue_caches_"))  # each queue step's cache, for the warm step
     for key in [s.strip() for s in args.steps.split(",") if s.strip()]:
         if (run["steps"].get(key) or {}).get("status") == "ok":
             continue  # measured by the run resumed
@@ -176,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             log.info("%s ...", key)
             if n is not None:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n)) if gpus else ""
-                run["steps"][key] = sweep_bench.sweep(paths, n, None, tmp, deadline - time.monotonic())
+                run["steps"][key] = sweep_bench.sweep(paths, n, kept / key, tmp, deadline - time.monotonic())
+            elif key == "warm":
+                run["steps"][key] = _warm_step(args, entries, paths, kept, tmp, deadline - time.monotonic())
             else:
                 run["steps"][key] = cold_alternative(paths, min(args.cold_gpus, max(gpus, 1)), tmp,
                                                      deadline - time.monotonic())
@@ -186,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             derive(run)
             store.save()
     shutil.rmtree(stubs, ignore_errors=True)
+    shutil.rmtree(kept, ignore_errors=True)
     print(store.path.with_suffix(".md").read_text())
     return 0
 

@@ -169,7 +169,9 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     assert all(entry.partition(":")[0] in zoo.ZOO for entry in team_queue.WORKLOAD)
     # 100 s on 1 GPU, 55 s on 2, 30 s on 4: Amdahl's serial fraction from the widest, projected.
     run = {"steps": {"queue1": {"status": "ok", "wall_s": 100.0}, "queue2": {"status": "ok", "wall_s": 55.0},
-                     "queue4": {"status": "ok", "wall_s": 30.0}, "cold": {"status": "ok", "wall_s": 120.0}},
+                     "queue4": {"status": "ok", "wall_s": 30.0}, "cold": {"status": "ok", "wall_s": 120.0},
+                     "warm": {"status": "ok", "cache": "q4.db", "models": {"a:infer": {
+                         "status": "ok", "first_call_s": 1.0, "bench": {"gemm_autotune": 0, "benchmarker_calls": 0}}}}},
            "workload": ["a:infer"]}
     team_queue.derive(run)
     assert round(run["steps"]["queue2"]["efficiency"], 3) == 0.909
@@ -180,3 +182,4 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     lines = team_queue.render(run)
     assert "- efficiency at 4 GPUs >= 0.8: 0.83 (met)" in lines
     assert any(line.startswith("- the 4-GPU sweep <= 0.5x") and "(met)" in line for line in lines)
+    assert "- every warm-started model (a:infer) ran 0 benchmarks: met" in lines
