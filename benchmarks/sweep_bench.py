@@ -33,10 +33,15 @@ STEPS = ("cold", "sweep1", "sweep2", "sweep4", "multi")
 GPU_STEPS = {"sweep1": 1, "sweep2": 2, "sweep4": 4}
 
 
-def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: float) -> dict[str, Any]:
-    """One ``autotune sweep`` command: its wall time, the report's phases and each request's time."""
+def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: float,
+          log_path: Path | None = None) -> dict[str, Any]:
+    """One ``autotune sweep`` command: its wall time, the report's phases and each request's time;
+    its log (Inductor's, Ray's, the workers') at ``log_path`` if given."""
     cache_url = f"sqlite:///{tmp / 'cache.db'}"
     cmd = harness.AUTOTUNE + ["sweep", *paths, "--cache", cache_url, "--gpus", str(gpus), "--json"]
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd += ["--log", str(log_path)]
     done = harness.run(cmd, harness.child_env(tmp, cache_url), timeout)
     if keep is not None and (tmp / "cache.db").exists():  # SQLite's backup: the last writes may be in the WAL
         keep.mkdir(parents=True, exist_ok=True)

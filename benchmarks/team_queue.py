@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"any of {', '.join(STEPS)}")
     parser.add_argument("--warm-models", default=",".join(WARM_MODELS),
                         help="entries of --models the warm step starts (default: %(default)s)")
+    parser.add_argument("--logs", default=None, help="keep each queue step's sweep log in this folder")
     parser.add_argument("--cold-gpus", type=int, default=4, help="compiles at once in the cold step (default 4)")
     parser.add_argument("--out", default=str(harness.RESULTS), help="folder of team_queue.json/.md")
     parser.add_argument("--label", default=None, help="the run's name (default: the GPU and its count)")
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("%s ...", key)
             if n is not None:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(n)) if gpus else ""
-                run["steps"][key] = sweep_bench.sweep(paths, n, kept / key, tmp, deadline - time.monotonic())
+                log_path = Path(args.logs) / f"{key}-sweep.log" if args.logs else None
+                run["steps"][key] = sweep_bench.sweep(paths, n, kept / key, tmp, deadline - time.monotonic(), log_path)
             elif key == "warm":
                 run["steps"][key] = _warm_step(args, entries, paths, kept, tmp, deadline - time.monotonic())
             else:
