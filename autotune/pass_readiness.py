@@ -20,12 +20,16 @@ class ModelReadiness:
         self._changed = threading.Condition()
         self._pending: dict[str, set[str]] = {}  # model -> request keys queued and not yet answered
         self._captured: set[str] = set()
+        self._skipped: set[str] = set()  # nothing for their pass to do
         self._everything = False  # tuning ended: every pass may go
 
-    def needs(self, model: str, key: str) -> None:
-        """``model``'s capture found ``key``, which is queued (by it or by an earlier model)."""
+    def needs(self, model: str, key: str, pending: bool = True) -> None:
+        """``model``'s capture found ``key``, which this sweep queued (by it or by an earlier
+        model): its pass waits for it while ``pending``, and has new winners to compile with."""
         with self._changed:
-            self._pending.setdefault(model, set()).add(key)
+            keys = self._pending.setdefault(model, set())
+            if pending:
+                keys.add(key)
 
     def waits_on(self, key: str) -> bool:
         """Whether some model still waits for ``key`` (queued and not answered)."""
@@ -37,6 +41,23 @@ class ModelReadiness:
         with self._changed:
             self._captured.add(model)
             self._changed.notify_all()
+
+    def skip(self, model: str) -> None:
+        """Capture of ``model`` is complete and its pass has nothing to do (every GEMM was
+        cached, and its last pass finished): its lane drops it."""
+        with self._changed:
+            self._captured.add(model)
+            self._skipped.add(model)
+            self._changed.notify_all()
+
+    def skipped(self, model: str) -> bool:
+        with self._changed:
+            return model in self._skipped
+
+    def found_new(self, model: str) -> bool:
+        """Whether ``model``'s capture queued anything, or found a request another model queued."""
+        with self._changed:
+            return model in self._pending
 
     def answered(self, key: str) -> None:
         """Tuning ended for ``key`` (stored, failed, or left to another sweep)."""
@@ -63,4 +84,5 @@ class ModelReadiness:
             return next((i for i, model in enumerate(models) if self._ready(model)), None)
 
     def _ready(self, model: str) -> bool:
+        """Ready to be taken: to run, or (skipped) to be dropped."""
         return self._everything or (model in self._captured and not self._pending.get(model))

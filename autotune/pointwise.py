@@ -436,9 +436,12 @@ class PointwisePass:
     never split: its publishing compile needs every one of its kernels tuned first.
     """
 
-    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1, costs: Sequence[float] | None = None) -> None:
+    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1, costs: Sequence[float] | None = None,
+                 cost_of: Callable[[str], float] | None = None) -> None:
         """``costs``: each spec's expected pass time, or a proxy (the sweep gives each model's
-        GEMM lookups), for ``plan_lanes`` to start the longest first."""
+        GEMM lookups), for ``plan_lanes`` to start the longest first. ``cost_of``: the same for
+        a model file, asked when a lane picks among ready passes (a pass planned before capture
+        knows its models' costs only as each is captured)."""
         splits = not any(spec.signing_key for spec in specs)
         copies = rank_copies(specs, gpus)
         gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
@@ -448,12 +451,15 @@ class PointwisePass:
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.units += [[copy] for copy in copies]  # each its own lane, side by side
         self.first = [PointwiseProcess(lane[0]) for lane in self.units]
+        self._waiting_first: list[PointwiseProcess | None] = list(self.first)  # not yet taken by its lane
         # The passes after each lane's first, longest first: a lane that is free takes the first
         # of them whose model's GEMMs are answered, whichever lane plan_lanes dealt it to.
         weight = list(costs) if costs is not None and len(costs) == len(specs) else [1.0] * len(specs)
         later = [(weight[shard.model], unit) for shards, units in zip(self.lanes, self.units)
                  for shard, unit in zip(shards[1:], units[1:])]
         self._later = [unit for _, unit in sorted(later, key=lambda pair: -pair[0])]
+        self._cost_of = cost_of
+        self.skipped: list[str] = []  # model files whose pass had nothing to do
         self._taking = threading.Lock()
         self._closed = False  # close(): a lane takes nothing more
         self.started: list[PointwiseProcess] = []  # the later passes' processes, for close()
@@ -482,11 +488,8 @@ class PointwisePass:
         runs once more in a fresh process; one that fails is recorded against its model, and the
         lane goes on to the next."""
         reports = []
-        first: PointwiseProcess | None = self.first[index]
-        while (taken := self._take(index, first, readiness)) is not None:
+        while (taken := self._take(index, readiness, on_done)) is not None:
             spec, process = taken
-            if process is first:
-                first = None
             report = process.run(timeout)
             if process.killed:
                 log.warning("the end-to-end pass of %s was killed (%s); running it again", spec.model_path,
@@ -505,32 +508,58 @@ class PointwisePass:
                 on_done(spec.model_path)
         return reports
 
-    def _take(self, index: int, first: PointwiseProcess | None,
-              readiness: ModelReadiness | None) -> tuple[PointwiseSpec, PointwiseProcess] | None:
-        """The lane's next pass: its own first while that is ready, else the first ready later
-        one (a rank's copy takes its own only); waits while none is. None: nothing is left."""
-        own = [self.units[index][0]] if first is not None else []
+    def _take(self, index: int, readiness: ModelReadiness | None,
+              on_done: Callable[[str], None] | None) -> tuple[PointwiseSpec, PointwiseProcess] | None:
+        """The lane's next pass: its own first while that is ready, else the costliest ready
+        later one (a rank's copy takes its own only); waits while none is. A model whose pass is
+        skipped is dropped. None: nothing is left."""
         shared = index < len(self.lanes)  # the rank copies' lanes keep to their own device
         while True:
             with self._taking:
                 if self._closed:
                     return None
+                first = self._waiting_first[index]
+                own = [self.units[index][0]] if first is not None else []
                 candidates = own + (self._later if shared else [])
                 if not candidates:
                     return None
-                ready = 0 if readiness is None else next(
-                    (i for i, spec in enumerate(candidates) if readiness.ready(spec.model_path)), None)
-                if ready is not None:
-                    if own and ready == 0:
-                        assert first is not None
-                        return own[0], first
-                    spec = self._later.pop(ready - len(own))
-                    spec = dataclasses.replace(spec, gpu=self.gpu_ids[index])
+                ready = [i for i, spec in enumerate(candidates)
+                         if readiness is None or readiness.ready(spec.model_path)]
+                skipped = [i for i in ready if readiness is not None and readiness.skipped(candidates[i].model_path)]
+                if skipped:
+                    self._drop(index, skipped[0] - len(own), candidates[skipped[0]])
+                elif ready and own and ready[0] == 0:
+                    assert first is not None
+                    self._waiting_first[index] = None
+                    return own[0], first
+                elif ready:
+                    chosen = max(ready, key=lambda i: self._cost(candidates[i]))  # ties: the first
+                    spec = dataclasses.replace(self._later.pop(chosen - len(own)), gpu=self.gpu_ids[index])
                     process = PointwiseProcess(spec)
                     self.started.append(process)
                     return spec, process
+            if skipped:
+                if on_done is not None:
+                    on_done(candidates[skipped[0]].model_path)
+                continue
             assert readiness is not None
             readiness.first_ready([spec.model_path for spec in candidates], timeout=1.0)
+
+    def _drop(self, index: int, later: int, spec: PointwiseSpec) -> None:
+        """Leave out a skipped model's pass (the lock held): ``later`` is its place among the later
+        passes, or negative for the lane's own first, whose waiting process then ends."""
+        if later < 0:
+            first = self._waiting_first[index]
+            self._waiting_first[index] = None
+            if first is not None:
+                first.close()
+        else:
+            self._later.pop(later)
+        self.skipped.append(spec.model_path)
+        log.info("no end-to-end pass for %s: every GEMM was cached and its last pass finished", spec.model_path)
+
+    def _cost(self, spec: PointwiseSpec) -> float:
+        return self._cost_of(spec.model_path) if self._cost_of is not None else 0.0
 
     def close(self) -> None:
         """Stop every pass: those running, those waiting for the word, and those not begun."""

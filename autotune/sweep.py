@@ -443,7 +443,9 @@ class _Sweep:
         self.pointwise: PointwisePass | None = None
         self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
         self.found_in: dict[str, str] = {}  # request key -> the first model whose capture found it
+        self._pass_specs: list[PointwiseSpec] = []  # the early pass's (start_passes)
         self.readiness = ModelReadiness()  # which models' passes may start (their GEMMs answered)
+        self.queued_keys: set[str] = set()  # request keys this sweep queued
         self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
 
     def mark(self, milestone: str) -> None:
@@ -513,7 +515,7 @@ class _Sweep:
         entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
                                                         captured.seconds)
         self.report.capture_seconds += captured.seconds
-        self.readiness.captured(entry.path)
+        self._captured(entry)
 
     def _capture_lanes(self, models: list[ModelFile]) -> int:
         """Captures at once: --capture-processes, else one per GPU here for a sweep of several
@@ -556,7 +558,48 @@ class _Sweep:
             self.report.env = Environment.from_json(result["env"])
         entry.requests, entry.lookups, entry.seconds = result["requests"], result["total_lookups"], result["seconds"]
         self.report.capture_seconds += result["seconds"]
-        self.readiness.captured(entry.path)
+        self._captured(entry)
+
+    def _captured(self, entry: ModelCapture) -> None:
+        """Capture of ``entry``'s model is complete: its pass, begun beside capture, may go once its
+        GEMMs are answered, or is left out when it has nothing to do (no new winner for it, no
+        artifacts to publish, and its last pass finished)."""
+        if self.passes_beside is not None and not self.readiness.found_new(entry.path) and \
+                not _publishes(self.local, self.settings) and self._pass_finished(entry.path):
+            self.readiness.skip(entry.path)
+        else:
+            self.readiness.captured(entry.path)
+
+    def _pass_finished(self, path: str) -> bool:
+        from autotune.inductor_glue.env import kernel_config_environment
+
+        from . import pass_marks
+
+        specs = [spec for spec in self._pass_specs if spec.model_path == path]
+        return bool(specs) and not pass_marks.unfinished(self.store, kernel_config_environment(self.device), specs)
+
+    def start_passes(self, models: list[ModelFile]) -> None:
+        """On GPUs, start the end-to-end pass before capture, on a thread: each model's pass begins
+        once its capture is complete and its GEMMs are answered, beside the capture and tuning of
+        the others (their timings take turns on the GPU). Not behind a resumed pass, which runs
+        first; on a CPU, a pass's compile would slow the timings beside it, so it runs after."""
+        if self.device != "cuda" or self.resumed is not None or not models:
+            return
+        if not _wants_pointwise(self.local, self.settings, self.device):
+            return
+        from .pointwise import PointwisePass
+
+        self._pass_specs = _pointwise_specs(models, self.options, self.settings, self.device, self.kwargs)
+        self.pointwise = PointwisePass(self._pass_specs, _local_gpus(self.settings, self.device),
+                                       cost_of=self._pass_cost)
+        self.mark("pointwise_go")
+        self.passes_beside = _PassesBeside(self.pointwise, self.settings.request_timeout, self.progress.advance,
+                                           self.readiness)
+
+    def _pass_cost(self, path: str) -> float:
+        """A captured model's expected pass time, by proxy (``pass_costs``)."""
+        entry = next((e for e in self.report.models if e.path == path), None)
+        return float((entry.lookups or entry.requests) if entry is not None else 0) or 1.0
 
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
         """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,
@@ -585,9 +628,9 @@ class _Sweep:
         if env is not None and env_key not in self.cached_keys:
             self.cached_keys[env_key] = self.store.cached_request_keys(env)
         decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
-        if decision is None:  # found before: this model's pass waits for it too, if it is still queued
-            if self.readiness.waits_on(request.key):
-                self.readiness.needs(model, request.key)
+        if decision is None:  # found before: if this sweep queued it, this model's pass waits for it too
+            if request.key in self.queued_keys:
+                self.readiness.needs(model, request.key, pending=self.readiness.waits_on(request.key))
             return 0
         self.found_in.setdefault(request.key, model)
         if decision == CACHED:
@@ -596,6 +639,7 @@ class _Sweep:
             self.report.outcomes.append(Outcome(request, "planned", model=model))
         else:
             self.mark("first_request_queued")
+            self.queued_keys.add(request.key)
             self.readiness.needs(model, request.key)
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
                                    self.report.sweep_id))
@@ -624,7 +668,7 @@ class _Sweep:
         if len(self.queue) == 0:
             return
         self.ensure_pool()
-        if _wants_pointwise(self.local, self.settings, self.device):
+        if self.pointwise is None and _wants_pointwise(self.local, self.settings, self.device):
             self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs,
                                              self.report.models)
         assert self.dispatcher is not None and self.starter is not None
@@ -635,7 +679,7 @@ class _Sweep:
         kind = "GPU" if self.device == "cuda" else "CPU"
         description = (f"tuning {len(self.queue)} request(s) on "
                        f"{max(1, min(len(pool.slots), len(self.queue)))} {kind} worker(s)")
-        passes = self._passes_beside_tuning()
+        passes = self.pointwise.size if self.passes_beside is not None and self.pointwise is not None else 0
         if passes:
             description += f", and {passes} end-to-end pass(es) as their models' GEMMs are answered"
         self.progress.start(len(self.queue) + passes, description)
@@ -664,19 +708,8 @@ class _Sweep:
             self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN, model=self.found_in.get(job.request.key))
                                      for job in self.queue.left()]
 
-    def _passes_beside_tuning(self) -> int:
-        """Start the end-to-end pass now, on a thread, each model's pass once its GEMMs are
-        answered, beside the rest of the tuning: on GPUs only, whose timings take turns (on a
-        CPU a pass's compile would slow the timings beside it), and not behind a resumed pass
-        (which runs first). How many passes it runs."""
-        if self.pointwise is None or self.device != "cuda" or self.resumed is not None:
-            return 0
-        self.mark("pointwise_go")
-        self.passes_beside = _PassesBeside(self.pointwise, self.settings.request_timeout, self.progress.advance,
-                                           self.readiness)
-        return self.pointwise.size
-
     def close(self) -> None:
+        self.readiness.release()  # no pass waits on a sweep that ended
         if self.queue is not None:
             self.queue.close()
             self.queue.stop()
@@ -709,6 +742,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         if not options.dry_run:
             sweep.start_tuning()
             sweep.resumed = _resume_cut_pass(sweep, models)
+            sweep.start_passes(models)
         sweep.capture(models)
         sweep.mark("capture_done")
         if not options.dry_run:

@@ -98,3 +98,16 @@ def test_readiness_waits_for_capture_and_every_queued_request() -> None:
     assert readiness.first_ready(["b.py"], timeout=0.2) is None and time.perf_counter() - began >= 0.2
     threading.Timer(0.1, readiness.release).start()  # tuning ended: every pass may go
     assert readiness.first_ready(["b.py"], timeout=30) == 0
+
+
+def test_a_model_with_nothing_new_is_left_out_and_its_lane_goes_on(swept: str) -> None:
+    # The MLP, dealt first, was captured with every GEMM cached and its last pass finished.
+    readiness = ModelReadiness()
+    readiness.skip(MLP)
+    readiness.captured(BMM)
+    done: list[str] = []
+    passes = PointwisePass([_spec(MLP, swept), _spec(BMM, swept)], gpus=1)
+    report = passes.run(timeout=300, on_done=done.append, readiness=readiness)
+    assert report.error is None and [p["model"] for p in report.passes] == [BMM], report.passes
+    assert passes.skipped == [MLP] and done == [MLP, BMM]
+    assert passes.first[0].proc.poll() is not None  # the process started for it ended
