@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 _REQUEST = "CAPTURE-REQUEST "
 _DONE = "CAPTURE-DONE "
+_BAD_INPUT = "CAPTURE-BAD-INPUT "  # the model file's own error (ModelFileError): one line for the user
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Found:
     env: Environment | None = None
     result: dict[str, Any] | None = None
     done: bool = False
+    bad_input: str | None = None  # the model file cannot be built: its one-line error
 
 
 def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Iterator[Found]:
@@ -93,6 +95,7 @@ def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
     if spec.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = spec.gpu
     result: dict[str, Any] | None = None
+    bad_input: str | None = None
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", json.dumps(spec.__dict__)],
                                 stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
@@ -104,28 +107,34 @@ def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
                            Environment.from_json(data["env"]) if data["env"] else None))
             elif line.startswith(_DONE):
                 result = json.loads(line[len(_DONE):])
-        if proc.wait() != 0:
+            elif line.startswith(_BAD_INPUT):
+                bad_input = json.loads(line[len(_BAD_INPUT):])
+        if proc.wait() != 0 and bad_input is None:
             log.warning("capturing %s in its own process failed (exit %s); capturing it in the sweep's",
                         spec.model_path, proc.returncode)
             result = None
     except Exception as exc:  # noqa: BLE001 - the sweep captures the model itself instead
         log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's", spec.model_path, exc)
         result = None
-    send(Found(spec.model_path, result=result, done=True))
+    send(Found(spec.model_path, result=result, done=True, bad_input=bad_input))
 
 
 def _serve(spec: CaptureSpec) -> int:
     from autotune.inductor_glue.capture import capture_model
-    from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.inductor_glue.modelfile import ModelFileError, load_model_file
 
     def found(request: TuningRequest, env: Environment | None) -> None:
         line = json.dumps({"request": request.to_json(), "env": env.to_json() if env else None})
         print(_REQUEST + line, flush=True)
 
     began_at = time.time()
-    model = load_model_file(spec.model_path, spec.entry)
     kwargs = dict(spec.kwargs, batch_sizes=tuple(spec.kwargs["batch_sizes"]))
-    result = capture_model(model, on_request=found, pad_decisions=spec.pad_decisions, **kwargs)
+    try:
+        model = load_model_file(spec.model_path, spec.entry)
+        result = capture_model(model, on_request=found, pad_decisions=spec.pad_decisions, **kwargs)
+    except ModelFileError as exc:
+        print(_BAD_INPUT + json.dumps(str(exc)), flush=True)
+        return 2
     print(_DONE + json.dumps({
         "env": result.env.to_json() if result.env else None,
         "requests": len(result.requests),

@@ -31,7 +31,7 @@ from autotune.cache.records import (
     TuningResult,
 )
 from autotune.inductor_glue.distributed import DistributedSpec
-from autotune.inductor_glue.modelfile import ModelFile, load_model_file, parse_config_overrides
+from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, parse_config_overrides
 
 from .pass_readiness import ModelReadiness
 from .plan import CACHED, PlanStream, shape_summary
@@ -302,10 +302,12 @@ class _BuiltOnce(ModelFile):
         return super().build(batch_size)
 
 
-def _load(path: str, options: SweepOptions, local: bool) -> ModelFile:
-    """A model file, built once where it is captured here: every bad-input error surfaces now."""
+def _load(path: str, options: SweepOptions, local: bool, build: bool = True) -> ModelFile:
+    """A model file, built once where it is captured here (``build``): every bad-input error
+    surfaces now. Without ``build`` (captured in processes of their own, which build it side by
+    side) only importing it and finding its entry are checked here."""
     model = load_model_file(path, options.entry)
-    if local and options.batch_sizes:
+    if local and build and options.batch_sizes:
         model = _BuiltOnce.of(model, options.batch_sizes[0])
     return model
 
@@ -454,8 +456,12 @@ class _Sweep:
     # ------------------------------------------------------------------ capture
 
     def load(self) -> list[ModelFile]:
-        """Every model file, before any Ray start: bad input fails here (exit 2)."""
-        models = [_load(path, self.options, self.local) for path in self.options.model_paths]
+        """Every model file, before any Ray start: bad input fails here (exit 2). Models captured in
+        processes of their own are built there, side by side, and a build that fails there fails
+        again in this process's own capture (exit 2 too, after Ray's start)."""
+        paths = self.options.model_paths
+        build = self._capture_lanes(len(paths)) == 1
+        models = [_load(path, self.options, self.local, build) for path in paths]
         if not self.options.dry_run:
             from autotune.workers.cluster import check_address
             from autotune.workers.pool import require_ray
@@ -482,7 +488,7 @@ class _Sweep:
             self.dispatcher = _Dispatcher(self.starter, self.queue)
 
     def capture(self, models: list[ModelFile]) -> None:
-        lanes = self._capture_lanes(models)
+        lanes = self._capture_lanes(len(models))
         if lanes > 1:
             models = self._capture_side_by_side(models, lanes)  # those left: their process failed
         for model in models:
@@ -517,16 +523,16 @@ class _Sweep:
         self.report.capture_seconds += captured.seconds
         self._captured(entry)
 
-    def _capture_lanes(self, models: list[ModelFile]) -> int:
+    def _capture_lanes(self, models: int) -> int:
         """Captures at once: --capture-processes, else one per GPU here for a sweep of several
         models on GPUs (each capture times padding verdicts on its GPU). One where capture runs
         on a Ray worker, and for --ddp/--fsdp, whose capture sets up a process group."""
-        if not self.local or self.options.distributed or len(models) < 2:
+        if not self.local or self.options.distributed or models < 2:
             return 1
         wanted = self.settings.capture_processes
         if wanted is None:
             wanted = _local_gpus(self.settings, self.device) if self.device == "cuda" else 1
-        return max(1, min(len(models), wanted))
+        return max(1, min(models, wanted))
 
     def _capture_side_by_side(self, models: list[ModelFile], lanes: int) -> list[ModelFile]:
         """Capture ``models`` in processes of their own, ``lanes`` at a time (autotune/capture_lanes.py),
@@ -546,6 +552,8 @@ class _Sweep:
             if found.request is not None:
                 overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
                 entry.new += self._found(found.request, found.env, overrides, entry.path)
+            elif found.bad_input is not None:
+                raise ModelFileError(found.bad_input)
             elif found.result is None:
                 failed.append(model)
             else:

@@ -248,8 +248,8 @@ def prewarm_compile_passes(device: str) -> int:
         try:
             lazy_init = seam.resolve()
             if seam.module.endswith("joint_graph"):  # its patterns are per device, as the compile's inputs
-                index = torch.cuda.current_device() if device == "cuda" else None
-                lazy_init(torch.device(device, index))
+                on = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device(device)
+                lazy_init(on)
             else:
                 lazy_init()
             warmed += 1

@@ -37,6 +37,16 @@ def test_bad_model_file_is_one_line_and_exit_2(model: str, needle: str, sqlite_u
     assert ray.is_initialized() == ray_was_up
 
 
+def test_a_model_that_fails_to_build_in_its_capture_process_is_one_line_and_exit_2(sqlite_url: str) -> None:
+    # Captured side by side, a model is built in its own process: its error is still one line.
+    result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), str(MODELS / "wrong_return.py"),
+                                       "--cache", sqlite_url, "--device", "cpu", "--capture-processes", "2",
+                                       "--dry-run"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "must return (module" in lines[0] and "Traceback" not in result.output
+
+
 def test_sweep_without_model_or_misses_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["sweep"])
     assert result.exit_code == 2 and "give a MODEL.py" in result.output
