@@ -43,7 +43,7 @@ log = logging.getLogger("team_queue")
 # single-model sweeps on an H200 (benchmarks/results/conformance.md), and a training row (issue 52:
 # at least 6 models and 150 requests, the 1-GPU sweep within one device call).
 WORKLOAD = ("resnet50:infer", "mobilenet_v3_large:infer", "efficientnet_b0:infer", "convnext_tiny:infer",
-            "mlp_mixer:infer", "dlrm:infer", "dlrm:train")
+            "unet:infer", "mlp_mixer:infer", "dlrm:infer", "dlrm:train")
 QUEUE_STEPS = {"queue1": 1, "queue2": 2, "queue4": 4}
 STEPS = (*QUEUE_STEPS, "cold", "warm")
 WARM_MODELS = ("resnet50:infer", "dlrm:train")  # a conv net and the training row
