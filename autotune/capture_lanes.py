@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,29 +55,53 @@ class Found:
     bad_input: str | None = None  # the model file cannot be built: its one-line error
 
 
-def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Iterator[Found]:
+def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Generator[Found, None, None]:
     """Capture every spec, ``lanes`` processes at a time, each spec on its own lane's GPU;
-    yield each request as found and each capture's end, in the order they come."""
+    yield each request as found and each capture's end, in the order they come. Closing the
+    generator early (the sweep stopped) ends the processes still running and starts no more."""
     inbox: queue.Queue[Found] = queue.Queue()
-    waiting = list(specs)
-    taking = threading.Lock()
-
-    def lane(gpu: str | None) -> None:
-        while True:
-            with taking:
-                if not waiting:
-                    return
-                spec = waiting.pop(0)
-            _run_one(CaptureSpec(spec.model_path, spec.entry, spec.kwargs, spec.pad_decisions, gpu), inbox.put)
-
-    gpus = _lane_gpus(lanes)
-    for gpu in gpus:
-        threading.Thread(target=lane, args=(gpu,), name="autotune-capture-lane", daemon=True).start()
+    work = _Work(list(specs))
+    for gpu in _lane_gpus(lanes):
+        threading.Thread(target=work.lane, args=(gpu, inbox.put), name="autotune-capture-lane", daemon=True).start()
     ended = 0
-    while ended < len(specs):
-        found = inbox.get()
-        ended += found.done
-        yield found
+    try:
+        while ended < len(specs):
+            found = inbox.get()
+            ended += found.done
+            yield found
+    finally:
+        work.stop()
+
+
+class _Work:
+    """The specs not begun and the processes running, shared by the lanes."""
+
+    def __init__(self, waiting: list[CaptureSpec]) -> None:
+        self.waiting = waiting
+        self.running: list[subprocess.Popen[str]] = []
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    def lane(self, gpu: str | None, send: Callable[[Found], None]) -> None:
+        while True:
+            with self._lock:
+                if self.stopped or not self.waiting:
+                    return
+                spec = self.waiting.pop(0)
+            _run_one(CaptureSpec(spec.model_path, spec.entry, spec.kwargs, spec.pad_decisions, gpu), send, self)
+
+    def started(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self.running.append(proc)
+            if self.stopped:  # stopped while it started
+                proc.kill()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            for proc in self.running:
+                if proc.poll() is None:
+                    proc.kill()
 
 
 def _lane_gpus(lanes: int) -> list[str | None]:
@@ -87,7 +111,7 @@ def _lane_gpus(lanes: int) -> list[str | None]:
     return [visible[i] if i < len(visible) else str(i) for i in range(lanes)]
 
 
-def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
+def _run_one(spec: CaptureSpec, send: Callable[[Found], None], work: _Work) -> None:
     """One capture process, its lines turned into ``Found``; its end sent whatever happens."""
     from autotune.workers.child import clean_environment
 
@@ -99,6 +123,7 @@ def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
     try:
         proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", json.dumps(spec.__dict__)],
                                 stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+        work.started(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith(_REQUEST):
@@ -109,12 +134,13 @@ def _run_one(spec: CaptureSpec, send: Callable[[Found], None]) -> None:
                 result = json.loads(line[len(_DONE):])
             elif line.startswith(_BAD_INPUT):
                 bad_input = json.loads(line[len(_BAD_INPUT):])
-        if proc.wait() != 0 and bad_input is None:
+        if proc.wait() != 0 and bad_input is None and not work.stopped:
             log.warning("capturing %s in its own process failed (exit %s); capturing it in the sweep's",
                         spec.model_path, proc.returncode)
             result = None
     except Exception as exc:  # noqa: BLE001 - the sweep captures the model itself instead
-        log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's", spec.model_path, exc)
+        if not work.stopped:
+            log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's", spec.model_path, exc)
         result = None
     send(Found(spec.model_path, result=result, done=True, bad_input=bad_input))
 

@@ -120,6 +120,7 @@ class PointwiseReport:
     # The passes that failed, each against its model: {"model", "shard", "error"} (merge_reports).
     failed: list[dict[str, Any]] = field(default_factory=list)
     requeued: int = 0  # passes run again in a fresh process after theirs was killed
+    skipped: list[str] = field(default_factory=list)  # models whose pass had nothing to do
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -420,6 +421,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
         merged.passes += report.passes
         merged.phases += report.phases
         merged.failed += report.failed
+        merged.skipped += report.skipped
     # The lane that was ready last, and waited least, says whether start-up held the pass up.
     merged.startup_seconds = max((r.startup_seconds for r in reports), default=0.0)
     merged.idle_seconds = min((r.idle_seconds for r in reports), default=0.0)
@@ -479,7 +481,9 @@ class PointwisePass:
         started = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.units))) as pool:
             lanes = list(pool.map(lambda i: self._run_lane(i, timeout, on_done, readiness), range(len(self.units))))
-        return merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
+        merged = merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
+        merged.skipped = list(self.skipped)
+        return merged
 
     def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None,
                   readiness: ModelReadiness | None) -> list[PointwiseReport]:

@@ -13,6 +13,7 @@ callback interface, so the CLI owns all printing.
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import os
 import threading
@@ -547,17 +548,18 @@ class _Sweep:
         kwargs.pop("distributed", None)
         specs = [CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()) for path in entries]
         failed: list[ModelFile] = []
-        for found in capture_side_by_side(specs, lanes):
-            model, entry = by_path[found.model_path], entries[found.model_path]
-            if found.request is not None:
-                overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
-                entry.new += self._found(found.request, found.env, overrides, entry.path)
-            elif found.bad_input is not None:
-                raise ModelFileError(found.bad_input)
-            elif found.result is None:
-                failed.append(model)
-            else:
-                self._captured_elsewhere(entry, found.result)
+        with contextlib.closing(capture_side_by_side(specs, lanes)) as captures:  # closed: no process outlives it
+            for found in captures:
+                model, entry = by_path[found.model_path], entries[found.model_path]
+                if found.request is not None:
+                    overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+                    entry.new += self._found(found.request, found.env, overrides, entry.path)
+                elif found.bad_input is not None:
+                    raise ModelFileError(found.bad_input)
+                elif found.result is None:
+                    failed.append(model)
+                else:
+                    self._captured_elsewhere(entry, found.result)
         return failed
 
     def _captured_elsewhere(self, entry: ModelCapture, result: dict[str, Any]) -> None:

@@ -170,6 +170,8 @@ def _pass_lines(pointwise: Any) -> list[str]:
                                           for f in pointwise.failed)
     if getattr(pointwise, "requeued", 0):
         failed += f"; {pointwise.requeued} killed pass(es) run again"
+    if getattr(pointwise, "skipped", None):
+        failed += f"; {len(pointwise.skipped)} model(s) with nothing new left out"
     artifacts = (f", {pointwise.artifacts_published} signed artifacts published"
                  if pointwise.artifacts_published else "")
     refused = (f" (Dynamo could not package the model: {pointwise.packages_refused})"

@@ -234,30 +234,6 @@ def prewarm_triton_backend() -> threading.Thread | None:
     return thread
 
 
-def prewarm_compile_passes(device: str) -> int:
-    """Register Inductor's pattern passes now, as the first compile on ``device`` would: the
-    background install does it while the script builds its model, so the first compile finds
-    them done (a small model's first call spent a large share of its time there). Never
-    raises; how many it registered."""
-    import torch
-
-    from .seams import LAZY_PASSES
-
-    warmed = 0
-    for seam in LAZY_PASSES:
-        try:
-            lazy_init = seam.resolve()
-            if seam.module.endswith("joint_graph"):  # its patterns are per device, as the compile's inputs
-                on = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device(device)
-                lazy_init(on)
-            else:
-                lazy_init()
-            warmed += 1
-        except Exception:  # noqa: BLE001 - the first compile registers them itself
-            log.debug("prewarming %s failed", seam.path, exc_info=True)
-    return warmed
-
-
 def default_device() -> str:
     import torch
 

@@ -167,31 +167,3 @@ def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_se
     assert (kind, selector) == ("PendingWarmStart", "Selector")  # the hook's selector, not Inductor's own
     assert int(lookups) >= 1 and int(savers) >= 1  # the hook saw the GEMMs; the script's saver is kept
 
-
-PREWARMED_JOB = """
-import sys, torch, autotune
-from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
-handle = autotune.warm_start(sys.argv[1], on_miss="aten")
-handle.resolved()
-print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
-out = torch.compile(torch.nn.Linear(16, 8), mode="max-autotune")(torch.randn(4, 16))
-print(joint_graph.lazy_init.cache_info().currsize, tuple(out.shape))
-"""
-
-
-@pytest.mark.torch_subset
-def test_the_install_on_the_thread_registers_inductors_pattern_passes_before_the_first_compile(
-        tmp_path: Path) -> None:
-    # A fresh process, where no compile has registered them: the thread does, for this device,
-    # and the first compile finds them registered (no second registration).
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", PREWARMED_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    warmed, compiled = done.stdout.splitlines()[-2:]
-    assert warmed == "1 1 1"
-    assert compiled == "1 (4, 8)"

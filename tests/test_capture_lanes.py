@@ -4,6 +4,8 @@ fails leaves its model to the sweep."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from autotune.capture_lanes import CaptureSpec, Found, capture_side_by_side
@@ -34,14 +36,40 @@ def test_two_models_captured_side_by_side_find_what_capture_in_turn_finds() -> N
     assert second[0] < first[1]  # the two processes overlapped in time
 
 
-def test_a_failed_capture_process_leaves_its_model_to_the_sweep() -> None:
-    # Not the model file's fault (that is bad input, below) but the process's: here a keyword this
-    # capture does not take, as from a sweep of another version. The sweep captures it itself.
-    found = list(capture_side_by_side([CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1})], lanes=2))
-    assert found == [Found(MLP, result=None, done=True)]
-
-
-def test_a_model_that_cannot_be_built_is_its_own_one_line_error() -> None:
+def test_a_failed_capture_process_leaves_its_model_to_the_sweep_and_a_bad_model_is_its_one_line_error() -> None:
+    # The MLP's process fails for a reason of its own, not the model file's (here a keyword this
+    # capture does not take, as from a sweep of another version): the sweep captures it itself.
+    # The other model file cannot be built: that is bad input, its error one line.
     wrong = str(MODELS / "wrong_return.py")
-    (found,) = capture_side_by_side([CaptureSpec(wrong, "example", KWARGS)], lanes=2)
-    assert found.done and found.result is None and "must return (module" in (found.bad_input or "")
+    found = {f.model_path: f for f in capture_side_by_side(
+        [CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1}), CaptureSpec(wrong, "example", KWARGS)],
+        lanes=2)}
+    assert found[MLP] == Found(MLP, result=None, done=True)
+    assert found[wrong].done and found[wrong].result is None
+    assert "must return (module" in (found[wrong].bad_input or "")
+
+
+def _capture_children() -> list[int]:
+    """This process's capture children still running (their /proc entries)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
+        state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
+        if parent == str(os.getpid()) and b"autotune.capture_lanes" in cmdline and state != "Z":
+            children.append(int(entry.name))
+    return children
+
+
+def test_a_stopped_capture_ends_its_processes_and_starts_no_more() -> None:
+    captures = capture_side_by_side([CaptureSpec(MLP, "example", KWARGS), CaptureSpec(BMM, "example", KWARGS)],
+                                    lanes=1)
+    first = next(captures)  # the first model's process is running; the second's not begun
+    assert first.model_path == MLP and _capture_children()
+    captures.close()  # the sweep stopped (bad input elsewhere, an interrupt)
+    time.sleep(1.0)
+    assert _capture_children() == []

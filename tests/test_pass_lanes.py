@@ -19,7 +19,7 @@ from autotune.pass_readiness import ModelReadiness
 from autotune.pointwise import PointwisePass, PointwiseSpec
 
 MODELS = Path(__file__).parent / "models"
-MLP, BMM = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py")
+MLP, BMM, BLOCK = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py"), str(MODELS / "tiny_block.py")
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +61,32 @@ def test_a_killed_pass_runs_again_and_a_crashing_one_is_recorded_against_its_mod
     assert {p["model"] for p in report.passes} == {MLP} and report.gemm_misses == 0  # and compiled
 
 
-def test_a_pass_waits_for_its_models_gemms_and_a_ready_one_goes_first(swept: str) -> None:
-    # One lane, the bmm model dealt first: its GEMMs are still being tuned, the MLP's are
-    # answered. The lane runs the MLP's pass meanwhile; the bmm's begins once its GEMM is.
+def test_a_pass_waits_for_its_models_gemms_a_ready_one_goes_first_and_one_with_nothing_new_is_left_out(
+        swept: str) -> None:
+    # One lane. The block model, dealt first, has nothing new (every GEMM cached, its last pass
+    # finished); the bmm model's GEMM is still being tuned; the MLP's are answered. The lane
+    # drops the first, runs the MLP's pass meanwhile, and the bmm's once its GEMM is answered.
     readiness = ModelReadiness()
+    readiness.skip(BLOCK)
     for model in (BMM, MLP):
         readiness.captured(model)
     readiness.needs(BMM, "bmm-request")
     answered_at: list[float] = []
+    done: list[str] = []
 
-    def done(model: str) -> None:
+    def on_done(model: str) -> None:
+        done.append(model)
         if model == MLP:  # tuning answers the bmm's request after the MLP's pass
             answered_at.append(time.time())
             readiness.answered("bmm-request")
 
-    report = PointwisePass([_spec(BMM, swept), _spec(MLP, swept)], gpus=1).run(timeout=300, on_done=done,
-                                                                             readiness=readiness)
+    passes = PointwisePass([_spec(BLOCK, swept), _spec(BMM, swept), _spec(MLP, swept)], gpus=1)
+    report = passes.run(timeout=300, on_done=on_done, readiness=readiness)
     assert report.error is None and report.failed == [], report.failed
     assert [p["model"] for p in report.passes] == [MLP, BMM], report.passes
     assert report.passes[1]["began_at"] >= answered_at[0] - 0.01
+    assert passes.skipped == report.skipped == [BLOCK] and done == [BLOCK, MLP, BMM]
+    assert passes.first[0].proc.poll() is not None  # the process started for the block model ended
 
 
 def test_readiness_waits_for_capture_and_every_queued_request() -> None:
@@ -99,15 +106,3 @@ def test_readiness_waits_for_capture_and_every_queued_request() -> None:
     threading.Timer(0.1, readiness.release).start()  # tuning ended: every pass may go
     assert readiness.first_ready(["b.py"], timeout=30) == 0
 
-
-def test_a_model_with_nothing_new_is_left_out_and_its_lane_goes_on(swept: str) -> None:
-    # The MLP, dealt first, was captured with every GEMM cached and its last pass finished.
-    readiness = ModelReadiness()
-    readiness.skip(MLP)
-    readiness.captured(BMM)
-    done: list[str] = []
-    passes = PointwisePass([_spec(MLP, swept), _spec(BMM, swept)], gpus=1)
-    report = passes.run(timeout=300, on_done=done.append, readiness=readiness)
-    assert report.error is None and [p["model"] for p in report.passes] == [BMM], report.passes
-    assert passes.skipped == [MLP] and done == [MLP, BMM]
-    assert passes.first[0].proc.poll() is not None  # the process started for it ended
