@@ -9,8 +9,10 @@ each other's kernels, so each holds this lock while Inductor times: an ``flock``
 named after the GPU's UUID, which every process on the host that uses that GPU opens (Ray
 nodes of one host included). Other devices: no lock.
 
-The turn is reentrant within a process: a tuning child holds it around all of a request's
-candidates, and the kernel-bound timing inside (timing.py) asks for it again per call.
+The turn is the process's: a tuning child holds it around all of a request's candidates, and
+the kernel-bound timing inside (timing.py) asks for it again per call, possibly from another
+thread (Inductor may time on its own threads). While any of its threads is inside, the process
+holds it, and others of its threads go in at once; Inductor's own lock orders them.
 """
 
 from __future__ import annotations
@@ -21,33 +23,50 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
+from typing import IO
 
-_guard = threading.RLock()  # this process's threads take turns here; the flock is between processes
-_depth = 0
-_handle: object | None = None
+_state = threading.Lock()  # guards the two below, never held while waiting for the file lock
+_inside = 0  # this process's threads inside a turn
+_held: IO[str] | None = None  # the locked file while _inside > 0
 
 
 @contextlib.contextmanager
 def gpu_timing_turn(device: str) -> Iterator[None]:
     """Hold this process's GPU for timing until the block ends (waits for its turn)."""
-    global _depth, _handle
     if not device.startswith("cuda"):
         yield
         return
-    with _guard:
-        if _depth == 0:
-            handle = open(lock_path(), "a")  # noqa: SIM115 - held across the block, closed below
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            _handle = handle
-        _depth += 1
-        try:
-            yield
-        finally:
-            _depth -= 1
-            if _depth == 0 and _handle is not None:
-                fcntl.flock(_handle, fcntl.LOCK_UN)  # type: ignore[arg-type]
-                _handle.close()  # type: ignore[attr-defined]
-                _handle = None
+    _enter()
+    try:
+        yield
+    finally:
+        _leave()
+
+
+def _enter() -> None:
+    global _inside, _held
+    with _state:
+        if _inside > 0:  # the process holds the turn: join it
+            _inside += 1
+            return
+    handle = open(lock_path(), "a")  # noqa: SIM115 - closed by the last thread to leave
+    fcntl.flock(handle, fcntl.LOCK_EX)  # waits for other processes (and a thread of ours that got here first)
+    with _state:
+        if _inside > 0:  # another thread of ours took it while this one waited: it has the handle
+            _inside += 1
+            handle.close()
+            return
+        _inside, _held = 1, handle
+
+
+def _leave() -> None:
+    global _inside, _held
+    with _state:
+        _inside -= 1
+        if _inside == 0 and _held is not None:
+            fcntl.flock(_held, fcntl.LOCK_UN)
+            _held.close()
+            _held = None
 
 
 def lock_path() -> str:
