@@ -710,7 +710,8 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 @click.option("--dynamic", is_flag=True, help="Capture with dynamic dimensions from the start, as a job compiling "
               "with dynamic=True (or torch._dynamo.mark_dynamic) asks: those MODEL names in DYNAMIC_DIMS, "
               "else dim 0 of every tensor input.")
-@click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass).")
+@click.option("--train", is_flag=True, help="Also capture the backward graph (train mode, one backward pass); a "
+              "model file that defines train_step() is captured so without it.")
 @click.option("--ddp", is_flag=True, help="Compile as one rank of a DistributedDataParallel job does: Dynamo "
               "splits the graph at DDP's gradient buckets.")
 @click.option("--bucket-cap-mb", type=float, help="With --ddp: the job's DDP bucket_cap_mb, at least 1 "

@@ -292,7 +292,8 @@ class _BuiltOnce(ModelFile):
 
     @classmethod
     def of(cls, model: ModelFile, batch_size: int | None) -> _BuiltOnce:
-        built = cls(model.path, model.entry, model.factory, model.config_overrides, dynamic_dims=model.dynamic_dims)
+        built = cls(model.path, model.entry, model.factory, model.config_overrides, dynamic_dims=model.dynamic_dims,
+                    trains=model.trains)
         built.first = (batch_size, model.build(batch_size))  # shares config_overrides
         return built
 
@@ -510,11 +511,12 @@ class _Sweep:
         if self.local:
             from autotune.inductor_glue.capture import capture_model
 
-            captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(), **self.kwargs)
+            captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
+                                     **self._kwargs_for(model))
             self._store_pad_decisions(captured.pad_decisions)
         else:
-            captured, pad_env = _remote_capture(str(model.path), self.options, self.settings, self.kwargs,
-                                                self.store)
+            captured, pad_env = _remote_capture(str(model.path), self.options, self.settings,
+                                                self._kwargs_for(model), self.store)
             self._store_pad_decisions(captured.pad_decisions, pad_env)
             for request in captured.requests:
                 entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
@@ -523,6 +525,10 @@ class _Sweep:
                                                         captured.seconds)
         self.report.capture_seconds += captured.seconds
         self._captured(entry)
+
+    def _kwargs_for(self, model: ModelFile) -> dict[str, Any]:
+        """Capture's keywords for ``model``: a file that defines train_step() is a training step's."""
+        return {**self.kwargs, "train": self.kwargs["train"] or model.trains}
 
     def _capture_lanes(self, models: int) -> int:
         """Captures at once: --capture-processes, else one per GPU here for a sweep of several
@@ -546,7 +552,8 @@ class _Sweep:
         self.progress.stage(f"capturing {len(models)} models, {lanes} at a time ({self.settings.mode}, {self.device})")
         kwargs = {**self.kwargs, "batch_sizes": list(self.kwargs["batch_sizes"])}
         kwargs.pop("distributed", None)
-        specs = [CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()) for path in entries]
+        specs = [CaptureSpec(path, self.options.entry, {**kwargs, "train": kwargs["train"] or by_path[path].trains},
+                             self._pad_decisions()) for path in entries]
         failed: list[ModelFile] = []
         with contextlib.closing(capture_side_by_side(specs, lanes)) as captures:  # closed: no process outlives it
             for found in captures:
@@ -919,7 +926,7 @@ def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: S
     from .pointwise import PointwiseSpec
 
     return [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
-                          kwargs["inductor_config"], kwargs["train"], settings.cache, device,
+                          kwargs["inductor_config"], kwargs["train"] or model.trains, settings.cache, device,
                           signing_key=settings.signing_key, dynamic=options.dynamic,
                           distributed=options.distributed.to_json() if options.distributed else None)
             for model in models]

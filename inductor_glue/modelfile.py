@@ -24,6 +24,7 @@ from typing import Any
 
 DEFAULT_ENTRY = "example"
 DYNAMIC_DIMS = "DYNAMIC_DIMS"  # the module-level name
+TRAIN_STEP = "train_step"  # a module-level function that marks a training step's file
 
 DynamicDims = dict[int, tuple[int, ...]]  # example input's index -> its dynamic dimensions
 
@@ -39,6 +40,9 @@ class ModelFile:
     factory: Callable[..., Any]
     config_overrides: dict[str, Any]  # Inductor config the file changed at import
     dynamic_dims: DynamicDims | None = None  # DYNAMIC_DIMS, None when the file sets none
+    # The file defines train_step(): a training step's model, captured forward and backward as
+    # with --train (a sweep of several models may mix training and inference files).
+    trains: bool = False
 
     def build(self, batch_size: int | None) -> tuple[Any, tuple[Any, ...]]:
         """Call the entry and check what it returns."""
@@ -222,7 +226,9 @@ def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
     overrides = _take_config_changes(before)
     raw_dims = getattr(module, DYNAMIC_DIMS, None)
     dims = None if raw_dims is None else _read_dynamic_dims(path, raw_dims)
-    return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides, dynamic_dims=dims)
+    trains = callable(getattr(module, TRAIN_STEP, None))
+    return ModelFile(path=path, entry=entry, factory=factory, config_overrides=overrides, dynamic_dims=dims,
+                     trains=trains)
 
 
 def _take_config_changes(before: dict[str, Any]) -> dict[str, Any]:
