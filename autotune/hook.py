@@ -13,6 +13,7 @@ which compiles behave like plain max-autotune.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import json
 import logging
@@ -20,12 +21,12 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from autotune.cache import protocols
-from autotune.cache.errors import MalformedRow, or_malformed
+from autotune.cache.errors import MalformedRow, one_line, or_malformed
 from autotune.cache.records import (
     STATUS_OK,
     Environment,
@@ -79,6 +80,8 @@ def missed_entry(request: TuningRequest) -> dict[str, Any]:
 class HookStats:
     hits: int = 0
     misses: int = 0
+    # Graphs whose compile failed with served kernels, compiled again with ATen's (compile_retry.py).
+    compiles_retried: int = 0
     written: int = 0
     errors: int = 0
     # Stored rows that failed validation (a timing that is no time, JSON of the wrong shape, a
@@ -145,11 +148,22 @@ class HookStats:
                 f"errors={self.errors} configs_skipped={self.configs_skipped} "
                 f"kernel_configs_loaded={self.kernel_configs_loaded} kernel_configs_saved={self.kernel_configs_saved} "
                 f"artifacts_loaded={self.artifacts_loaded} artifacts_rejected={self.artifacts_rejected} "
-                f"artifacts_published={self.artifacts_published} database_calls={self.database_calls}")
+                f"artifacts_published={self.artifacts_published} database_calls={self.database_calls}"
+                + (f" compiles_retried={self.compiles_retried}" if self.compiles_retried else ""))
 
 
 def _import_store_modules() -> None:
     importlib.import_module("autotune.cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
+
+
+def _aten_answer(choices: list[Any]) -> Timings:
+    """Timings that make Inductor pick ATen's kernel, as default mode does (the first choice
+    where there is none)."""
+    from torch._inductor import select_algorithm as sa
+
+    aten = [c for c in choices if isinstance(c, sa.ExternKernelCaller)]
+    fastest = aten[0] if aten else choices[0]
+    return {c: (0.0 if c is fastest else math.inf) for c in choices}
 
 
 def _device(inputs: Sequence[InputLayout]) -> str:
@@ -172,6 +186,8 @@ class ServePolicy:
         self._deferred_artifacts: list[Callable[[], None]] = []
         self._artifacts_withheld = False
         self._deferred_lock = threading.Lock()
+        self.served = 0  # stored answers given (compile_retry.py: did this graph use the cache?)
+        self._aten_only = False  # answering every lookup with ATen: a graph's compile again
         # Pointwise/reduction kernels Inductor tuned in this process (saved, not served), by key.
         self.tuned_keys: set[str] = set()
         self._configs_saved: set[str] = set()  # keys stored so far (read and written on the writer thread only)
@@ -278,6 +294,8 @@ class ServePolicy:
     # --- the lookup ----------------------------------------------------------------
     def lookup(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,
                default: Callable[[], Timings]) -> Timings:
+        if self._aten_only:  # a graph compiled again after its compile with served kernels failed
+            return _aten_answer(choices)
         # Key and environment once per lookup: the miss path needs them again.
         plain, env = request.to_request(), self._env(request)
         try:
@@ -287,11 +305,26 @@ class ServePolicy:
             stored = None
         if stored is None:
             return self._miss(env, plain, choices, benchmark, default)
+        self.served += 1
         if self.time_in_graph and len(choices) > 1:
             return self._time_in_graph(stored[0], benchmark, default)
         if benchmark is not None:
             self.stats.hits += 1
         return stored[1]
+
+    @contextlib.contextmanager
+    def aten_only(self) -> Iterator[None]:
+        """Inside, every lookup is answered with ATen's kernel (compile_retry.py)."""
+        self._aten_only = True
+        try:
+            yield
+        finally:
+            self._aten_only = False
+
+    def compile_retried(self, error: BaseException) -> None:
+        self.stats.compiles_retried += 1
+        log.warning("autotune: compiling a graph with the cache's kernels failed (%s: %s); compiling it "
+                    "again with ATen's kernels for its GEMMs", type(error).__name__, one_line(error))
 
     def _env(self, request: ObservedRequest) -> Environment:
         from autotune.inductor_glue.env import current_environment
@@ -362,8 +395,6 @@ class ServePolicy:
 
     def _miss(self, env: Environment, request: TuningRequest, choices: list[Any], benchmark: Benchmark | None,
               default: Callable[[], Timings]) -> Timings:
-        from torch._inductor import select_algorithm as sa
-
         if benchmark is not None or self.settings.on_miss != "tune":
             self._log_miss(env, request)
         on_miss = self.settings.on_miss
@@ -373,9 +404,7 @@ class ServePolicy:
                 f"(inputs_key {request.inputs_key}); run `autotune sweep` for this model"
             )
         if on_miss == "aten":
-            aten = [c for c in choices if isinstance(c, sa.ExternKernelCaller)]
-            fastest = aten[0] if aten else choices[0]
-            return {c: (0.0 if c is fastest else math.inf) for c in choices}
+            return _aten_answer(choices)
         if on_miss == "nearest":
             served = self._serve_nearest(env, request, choices)
             if served is not None:
@@ -738,6 +767,10 @@ class WarmStart:
         off = seams.usable_all(_features_in_use(policy.settings, gpu))  # one warning per feature a seam turns off
         # Built at the first lowering, if any; None where this torch lacks the selector's seams.
         self._selector = install(policy, lazy=True) if seams.GEMM_SERVING.key not in off else None
+        if self._selector is not None:
+            from . import compile_retry
+
+            compile_retry.push(policy)  # a graph that fails with served kernels compiles again with ATen's
         self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
         if gpu is not None:
@@ -810,7 +843,10 @@ class WarmStart:
         if not self.installed:
             return
         if self._selector is not None:
+            from . import compile_retry
+
             uninstall(self._selector)
+            compile_retry.pop(self._policy)
         if self._artifacts is not None:
             self._publish_packages()
             self._artifacts.remove()

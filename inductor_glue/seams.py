@@ -172,6 +172,10 @@ _declare("torch._inductor.cpu_vec_isa", "pick_vec_isa", READ, _SERVE_OR_CAPTURE,
          "the CPU's vector ISA in its environment key (\"unknown-isa\" without it)", required=False)
 _declare("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path", READ, _SERVE_OR_CAPTURE,
          "pins Triton's ptxas before any hash is taken (nothing to pin without it)", required=False)
+COMPILE_GRAPH = _declare("torch._inductor.compile_fx", "_compile_fx_inner", PATCH, (GEMM_SERVING,),
+                         "a graph whose compile with served kernels fails is compiled again with ATen for "
+                         "its GEMMs (autotune/compile_retry.py; without it the failure is the job's)",
+                         required=False)
 _declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
          "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
 _declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),
