@@ -120,6 +120,7 @@ def test_several_models_make_one_plan_and_their_union_is_planned_once(sqlite_url
     assert report.to_json()["totals"]["deduplicated"] == 2
 
 
+@pytest.mark.slow  # the side-by-side capture's own tests are tests/test_capture_lanes.py
 def test_models_captured_side_by_side_are_planned_as_captured_in_turn(sqlite_url: str) -> None:
     bmm = str(Path(TINY).parent / "tiny_bmm.py")
     reports = [run_sweep(SweepOptions(TINY, more_models=(bmm,), dry_run=True),
