@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import subprocess
 import sys
@@ -59,9 +58,11 @@ def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Generator[Foun
     """Capture every spec, ``lanes`` processes at a time, each spec on its own lane's GPU;
     yield each request as found and each capture's end, in the order they come. Closing the
     generator early (the sweep stopped) ends the processes still running and starts no more."""
+    from .pointwise import lane_gpus
+
     inbox: queue.Queue[Found] = queue.Queue()
     work = _Work(list(specs))
-    for gpu in _lane_gpus(lanes):
+    for gpu in lane_gpus(lanes):
         threading.Thread(target=work.lane, args=(gpu, inbox.put), name="autotune-capture-lane", daemon=True).start()
     ended = 0
     try:
@@ -102,13 +103,6 @@ class _Work:
             for proc in self.running:
                 if proc.poll() is None:
                     proc.kill()
-
-
-def _lane_gpus(lanes: int) -> list[str | None]:
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if lanes <= 1:
-        return [None]
-    return [visible[i] if i < len(visible) else str(i) for i in range(lanes)]
 
 
 def _run_one(spec: CaptureSpec, send: Callable[[Found], None], work: _Work) -> None:
@@ -164,7 +158,6 @@ def _serve(spec: CaptureSpec) -> int:
     print(_DONE + json.dumps({
         "env": result.env.to_json() if result.env else None,
         "requests": len(result.requests),
-        "config_overrides": result.config_overrides,
         "seconds": result.seconds,
         "total_lookups": result.total_lookups,
         "pad_decisions": result.pad_decisions,

@@ -7,11 +7,11 @@ signed, so a fresh node loads them instead of compiling.
 
 Which pointwise kernels a model has depends on which GEMMs won (a winning
 Triton template absorbs its epilogue), so a model's pass runs once its own
-GEMM requests are answered (autotune/pass_readiness.py), beside the tuning of other
-models' requests, its timings taking turns with theirs on the GPU
+GEMM requests are answered (autotune/pass_readiness.py), beside the tuning of
+other models' requests, its timings taking turns with theirs on the GPU
 (inductor_glue/gpu_lock.py): one compile with the warm-start hook (every GEMM a
-hit) and one run, in which Inductor tunes each pointwise/reduction kernel as max-autotune does, and
-the hook copies each winning config into the cache. A job on a fresh node then
+hit) and one run, in which Inductor tunes each pointwise/reduction kernel as
+max-autotune does, and the hook copies each winning config into the cache. A job on a fresh node then
 compiles with those configs and tunes nothing.
 
 It runs in its own fresh process (``python -m autotune.pointwise``), as a job
@@ -400,8 +400,9 @@ def rank_copies(specs: list[PointwiseSpec], gpus: int) -> list[PointwiseSpec]:
     return copies
 
 
-def _gpu_ids(lanes: int) -> list[str | None]:
-    """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES."""
+def lane_gpus(lanes: int) -> list[str | None]:
+    """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES
+    (the passes' lanes, and capture's: autotune/capture_lanes.py)."""
     if lanes <= 1:
         return [None]
     visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
@@ -448,7 +449,7 @@ class PointwisePass:
         copies = rank_copies(specs, gpus)
         gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
         self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)), costs)
-        self.gpu_ids = _gpu_ids(len(self.lanes))
+        self.gpu_ids = lane_gpus(len(self.lanes))
         self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=self.gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.units += [[copy] for copy in copies]  # each its own lane, side by side

@@ -520,11 +520,7 @@ class _Sweep:
             self._store_pad_decisions(captured.pad_decisions, pad_env)
             for request in captured.requests:
                 entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
-        self.report.env = self.report.env or captured.env
-        entry.requests, entry.lookups, entry.seconds = (len(captured.requests), captured.total_lookups,
-                                                        captured.seconds)
-        self.report.capture_seconds += captured.seconds
-        self._captured(entry)
+        self._record_capture(entry, captured.env, len(captured.requests), captured.total_lookups, captured.seconds)
 
     def _kwargs_for(self, model: ModelFile) -> dict[str, Any]:
         """Capture's keywords for ``model``: a file that defines train_step() is a training step's."""
@@ -550,10 +546,11 @@ class _Sweep:
         self.report.models += entries.values()
         by_path = {str(model.path): model for model in models}
         self.progress.stage(f"capturing {len(models)} models, {lanes} at a time ({self.settings.mode}, {self.device})")
-        kwargs = {**self.kwargs, "batch_sizes": list(self.kwargs["batch_sizes"])}
-        kwargs.pop("distributed", None)
-        specs = [CaptureSpec(path, self.options.entry, {**kwargs, "train": kwargs["train"] or by_path[path].trains},
-                             self._pad_decisions()) for path in entries]
+        specs = []
+        for path, model in by_path.items():
+            kwargs = {**self._kwargs_for(model), "batch_sizes": list(self.kwargs["batch_sizes"])}
+            kwargs.pop("distributed", None)  # JSON for the process; capture side by side is never --ddp/--fsdp
+            specs.append(CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()))
         failed: list[ModelFile] = []
         with contextlib.closing(capture_side_by_side(specs, lanes)) as captures:  # closed: no process outlives it
             for found in captures:
@@ -571,10 +568,15 @@ class _Sweep:
 
     def _captured_elsewhere(self, entry: ModelCapture, result: dict[str, Any]) -> None:
         self._store_pad_decisions(result["pad_decisions"])
-        if result["env"] and self.report.env is None:
-            self.report.env = Environment.from_json(result["env"])
-        entry.requests, entry.lookups, entry.seconds = result["requests"], result["total_lookups"], result["seconds"]
-        self.report.capture_seconds += result["seconds"]
+        env = Environment.from_json(result["env"]) if result["env"] else None
+        self._record_capture(entry, env, result["requests"], result["total_lookups"], result["seconds"])
+
+    def _record_capture(self, entry: ModelCapture, env: Environment | None, requests: int, lookups: int,
+                        seconds: float) -> None:
+        """What capture of ``entry``'s model found, in the report; then its pass may be decided."""
+        self.report.env = self.report.env or env
+        entry.requests, entry.lookups, entry.seconds = requests, lookups, seconds
+        self.report.capture_seconds += seconds
         self._captured(entry)
 
     def _captured(self, entry: ModelCapture) -> None:
@@ -614,9 +616,8 @@ class _Sweep:
                                            self.readiness)
 
     def _pass_cost(self, path: str) -> float:
-        """A captured model's expected pass time, by proxy (``pass_costs``)."""
-        entry = next((e for e in self.report.models if e.path == path), None)
-        return float((entry.lookups or entry.requests) if entry is not None else 0) or 1.0
+        """A captured model's expected pass time, by proxy (``capture_cost``)."""
+        return capture_cost(next((e for e in self.report.models if e.path == path), None))
 
     def _pad_decisions(self) -> dict[str, dict[str, Any]]:
         """Padding verdicts stored by earlier sweeps or jobs on this kind of GPU (none on a CPU,
@@ -917,8 +918,14 @@ def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Se
 def pass_costs(models: list[ModelFile], captured: list[ModelCapture]) -> list[float]:
     """Each model's expected pass time, by proxy: the GEMM lookups its capture made (a model
     with more GEMMs has more kernels to compile and tune); 1 for a model capture did not see."""
-    lookups = {entry.path: entry.lookups or entry.requests for entry in captured}
-    return [float(lookups.get(str(model.path)) or 1) for model in models]
+    entries = {entry.path: entry for entry in captured}
+    return [capture_cost(entries.get(str(model.path))) for model in models]
+
+
+def capture_cost(entry: ModelCapture | None) -> float:
+    """A model's expected pass time, by proxy: the GEMM lookups its capture made, else its
+    requests; 1 for a model capture did not see (or that made none)."""
+    return float((entry.lookups or entry.requests) if entry is not None else 0) or 1.0
 
 
 def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,

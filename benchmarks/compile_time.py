@@ -522,6 +522,15 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, l
     return {**result, "scenario": scenario, "process_wall_s": done.wall_s}
 
 
+def run_file_scenario(scenario: str, path: str, tmp: Path, cache_url: str, timeout: float,
+                      env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """One scenario of one model file in a fresh process, run as the other benchmarks run it
+    (five timed calls after one warm-up, the optimizer step compiled, no kernel profile)."""
+    run = ModelRun(Path(path).stem, path, [scenario], tmp, cache_url, train=is_training_file(path))
+    options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False, timeout=timeout)
+    return run_model_scenario(scenario, run, options, None, env_overrides)
+
+
 def make_key_pair(directory: Path, timeout: float) -> tuple[str | None, str | None]:
     """``autotune keys new`` in the run's folder: (the private key's path, or why there is none)."""
     path = directory / "keys" / "signing"

@@ -62,10 +62,8 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
                          for r in report.get("requests") or []]}
 
 
-def cold(name: str, path: str, tmp: Path, timeout: float) -> dict[str, Any]:
-    run = compile_time.ModelRun(name, path, ["max-autotune-cold"], tmp, f"sqlite:///{tmp / 'unused.db'}", train=False)
-    options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False, timeout=timeout)
-    result = compile_time.run_model_scenario("max-autotune-cold", run, options, None)
+def cold(path: str, tmp: Path, timeout: float) -> dict[str, Any]:
+    result = compile_time.run_file_scenario("max-autotune-cold", path, tmp, f"sqlite:///{tmp / 'unused.db'}", timeout)
     return {"status": result.get("status"), "wall_s": result.get("process_wall_s"),
             "first_call_s": result.get("first_call_s"), "error": result.get("error")}
 
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         path = compile_time.MODELS.get(name, name)
         if "cold" in steps:
-            step("cold", name, cold, name, path)
+            step("cold", name, cold, path)
         for key, n in GPU_STEPS.items():
             if key in steps and n <= max(gpus, 1):
                 step(key, name, sweep, [path], n, keep)

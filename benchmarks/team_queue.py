@@ -70,12 +70,9 @@ def cold_alternative(paths: list[str], gpus: int, tmp: Path, timeout: float) -> 
     def one(path: str) -> dict[str, Any]:
         gpu = free.get()
         try:
-            run = compile_time.ModelRun(Path(path).stem, path, ["max-autotune-cold"], tmp / Path(path).stem,
-                                        f"sqlite:///{tmp / 'unused.db'}", train=False)
-            options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False,
-                                         timeout=timeout)
-            result = compile_time.run_model_scenario("max-autotune-cold", run, options, None,
-                                                     {"CUDA_VISIBLE_DEVICES": str(gpu)})
+            result = compile_time.run_file_scenario("max-autotune-cold", path, tmp / Path(path).stem,
+                                                    f"sqlite:///{tmp / 'unused.db'}", timeout,
+                                                    {"CUDA_VISIBLE_DEVICES": str(gpu)})
             return {"model": path, "gpu": gpu, "status": result.get("status"),
                     "wall_s": result.get("process_wall_s"), "first_call_s": result.get("first_call_s")}
         finally:
@@ -92,11 +89,8 @@ def warm_starts(entries: list[str], paths: list[str], cache: Path, tmp: Path, ti
     """A fresh warm-started job of each entry, one after another, against ``cache``."""
     models = {}
     for entry, path in zip(entries, paths):
-        run = compile_time.ModelRun(entry, path, ["warm-start"], tmp / entry.replace(":", "_"),
-                                    f"sqlite:///{cache}", train=compile_time.is_training_file(path))
-        options = argparse.Namespace(runs=5, warmup=1, optimizer_step="compiled", kernel_profile=False,
-                                     timeout=timeout)
-        result = compile_time.run_model_scenario("warm-start", run, options, None)
+        result = compile_time.run_file_scenario("warm-start", path, tmp / entry.replace(":", "_"),
+                                                f"sqlite:///{cache}", timeout)
         models[entry] = {"status": result.get("status"), "first_call_s": result.get("first_call_s"),
                          "bench": result.get("bench"), "error": result.get("error")}
     ok = all(m["status"] == "ok" for m in models.values())

@@ -50,12 +50,10 @@ def _enter() -> None:
             _inside += 1
             return
     handle = open(lock_path(), "a")  # noqa: SIM115 - closed by the last thread to leave
-    fcntl.flock(handle, fcntl.LOCK_EX)  # waits for other processes (and a thread of ours that got here first)
+    # Waits for other processes, and for a thread of ours that got here first: none of ours
+    # can join a turn until this one holds the lock and says so below.
+    fcntl.flock(handle, fcntl.LOCK_EX)
     with _state:
-        if _inside > 0:  # another thread of ours took it while this one waited: it has the handle
-            _inside += 1
-            handle.close()
-            return
         _inside, _held = 1, handle
 
 
