@@ -59,7 +59,24 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
             # the milestones in the process, and what it spent outside the sweep (start, imports, exit)
             "timeline": report.get("timeline"), "outside_s": done.wall_s - totals["wall_seconds"],
             "requests": [{k: r.get(k) for k in ("shapes", "status", "winner", "tuning_seconds", "node")}
-                         for r in report.get("requests") or []]}
+                         for r in report.get("requests") or []],
+            "passes": pass_rows(pointwise)}
+
+
+def pass_rows(pointwise: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each end-to-end compile of the pass: its model, kind, start (seconds after the first
+    compile began) and length: where the passes' time went."""
+    rows = []
+    entries = pointwise.get("passes") or []
+    first = min((e["began_at"] for e in entries if e.get("began_at")), default=None)
+    for entry in entries:
+        began = entry.get("began_at")
+        rows.append({"model": Path(entry.get("model") or "?").stem, "seconds": entry.get("seconds"),
+                     "began_s": round(began - first, 1) if began and first else None,
+                     "time_in_graph": entry.get("time_in_graph"), "publishes": entry.get("publishes"),
+                     "kernels_tuned": entry.get("kernels_tuned")})
+    rows += [{"model": Path(f.get("model") or "?").stem, "error": f.get("error")} for f in pointwise.get("failed") or []]
+    return rows
 
 
 def cold(path: str, tmp: Path, timeout: float) -> dict[str, Any]:
