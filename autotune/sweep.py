@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -395,10 +395,12 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Li
 class _Dispatcher:
     """Feeds the queue to the pool in a thread, while capture still fills the queue."""
 
-    def __init__(self, starter: PoolStarter, queue: SweepQueue) -> None:
+    def __init__(self, starter: PoolStarter, queue: SweepQueue, on_answer: Callable[[str], None]) -> None:
+        """``on_answer`` gets each request key as its result arrives, on this thread: a pass
+        waiting for that model's GEMMs may start while capture is still going on."""
         import queue as queue_module
 
-        self.starter, self.queue = starter, queue
+        self.starter, self.queue, self.on_answer = starter, queue, on_answer
         self.results: queue_module.Queue[TuningResult | None] = queue_module.Queue()
         self.pool: TuningPool | None = None
         self.error: BaseException | None = None
@@ -411,6 +413,7 @@ class _Dispatcher:
             self.began = time.perf_counter()
             for result in self.pool.run(self.queue):
                 self.results.put(result)
+                self.on_answer(result.request.key)
         except BaseException as exc:  # handed to the sweep's thread by outcomes()
             self.error = exc
         finally:
@@ -487,7 +490,7 @@ class _Sweep:
             assert self.queue is not None
             spares = self.spares.directory if self.spares is not None else None
             self.starter = _start_pool(self.store, self.device, self.settings, self.started, spares=spares)
-            self.dispatcher = _Dispatcher(self.starter, self.queue)
+            self.dispatcher = _Dispatcher(self.starter, self.queue, self.readiness.answered)
 
     def capture(self, models: list[ModelFile]) -> None:
         lanes = self._capture_lanes(len(models))
@@ -706,7 +709,6 @@ class _Sweep:
                 self.mark("first_result")
                 outcome.model = self.found_in.get(outcome.request.key)
                 self.report.outcomes.append(outcome)
-                self.readiness.answered(outcome.request.key)
                 self.progress.advance(outcome)
         finally:
             self.readiness.release()  # however tuning ended, no pass waits for it any longer

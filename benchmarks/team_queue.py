@@ -100,6 +100,7 @@ def warm_starts(entries: list[str], paths: list[str], cache: Path, tmp: Path, ti
 def derive(run: dict[str, Any]) -> None:
     """Efficiencies, serial fractions, their projection and the ratio to the cold alternative."""
     steps = run["steps"]
+    _against_cold_and_two(run, steps)
     one = steps.get("queue1") or {}
     if one.get("status") != "ok":
         return
@@ -114,9 +115,17 @@ def derive(run: dict[str, Any]) -> None:
         s = widest["serial_fraction"]
         run["projected"] = {str(k): {"wall_s": one["wall_s"] * (s + (1 - s) / k), "efficiency": 1 / (k * s + 1 - s)}
                             for k in PROJECTED}
+
+
+def _against_cold_and_two(run: dict[str, Any], steps: dict[str, Any]) -> None:
+    """The 4-GPU sweep against the cold alternative; and its efficiency against 2 GPUs (what
+    doubling the GPUs gave), which needs no 1-GPU sweep."""
     four, cold = steps.get("queue4") or {}, steps.get("cold") or {}
     if four.get("status") == "ok" and cold.get("status") == "ok":
         run["vs_cold"] = four["wall_s"] / cold["wall_s"]
+    two = steps.get("queue2") or {}
+    if two.get("status") == "ok" and four.get("status") == "ok":  # from 2 GPUs to 4, with or without queue1
+        run["scaling_2_to_4"] = 2 * two["wall_s"] / (4 * four["wall_s"])
 
 
 def serial_fraction(one_s: float, many_s: float, n: int) -> float:
@@ -160,7 +169,22 @@ def render(run: dict[str, Any]) -> list[str]:
     if cold:
         lines.append(f"- cold max-autotune, each model once, {cold.get('gpus')} at a time: {fmt(cold.get('wall_s'))} s "
                      f"({cold.get('status')})")
-    return lines + [""] + goals(run)
+    if run.get("scaling_2_to_4") is not None:
+        lines.append(f"- from 2 GPUs to 4: efficiency {run['scaling_2_to_4']:.2f} (2 T2 / 4 T4)")
+    return lines + _pass_table(steps) + [""] + goals(run)
+
+
+def _pass_table(steps: dict[str, Any]) -> list[str]:
+    """Each queue step's end-to-end compiles: which model, when it began (after the first), how long."""
+    lines: list[str] = []
+    for key in QUEUE_STEPS:
+        rows = [[p.get("model"), fmt(p.get("began_s")), fmt(p.get("seconds")), p.get("kernels_tuned", "-"),
+                 "timing" if p.get("time_in_graph") else "served", p.get("error") or ""]
+                for p in (steps.get(key) or {}).get("passes") or []]
+        if rows:
+            lines += ["", f"{key}'s end-to-end compiles:", ""]
+            lines += harness.table(["model", "began s", "seconds", "kernels tuned", "compile", "error"], rows)
+    return lines
 
 
 def _warm_step(args: argparse.Namespace, entries: list[str], paths: list[str], kept: Path, tmp: Path,
