@@ -151,7 +151,7 @@ def goals(run: dict[str, Any]) -> list[str]:
 
 def render(run: dict[str, Any]) -> list[str]:
     steps = run.get("steps") or {}
-    rows = [[n, fmt(s.get("wall_s")), s.get("found", "-"), fmt(s.get("startup_s")), fmt(s.get("capture_s")),
+    rows = [[n, _wall(s), s.get("found", "-"), fmt(s.get("startup_s")), fmt(s.get("capture_s")),
              fmt(s.get("tuning_s")), fmt(s.get("pointwise_s")), fmt(s.get("efficiency"), ".2f"),
              fmt(s.get("serial_fraction"), ".2f")]
             for key, n in QUEUE_STEPS.items() if (s := steps.get(key))]
@@ -174,6 +174,12 @@ def render(run: dict[str, Any]) -> list[str]:
     return lines + _pass_table(steps) + [""] + goals(run)
 
 
+def _wall(step: dict[str, Any]) -> str:
+    """A step's wall time; one that did not finish says so, its time a lower bound."""
+    wall = fmt(step.get("wall_s"))
+    return wall if step.get("status") == "ok" else f"> {wall} ({step.get('status')})"
+
+
 def _pass_table(steps: dict[str, Any]) -> list[str]:
     """Each queue step's end-to-end compiles: which model, when it began (after the first), how long."""
     lines: list[str] = []
@@ -183,7 +189,7 @@ def _pass_table(steps: dict[str, Any]) -> list[str]:
                 for p in (steps.get(key) or {}).get("passes") or []]
         if rows:
             lines += ["", f"{key}'s end-to-end compiles:", ""]
-            lines += harness.table(["model", "began s", "seconds", "kernels tuned", "compile", "error"], rows)
+            lines += harness.table(["model", "began s (after the first)", "seconds", "kernels tuned", "compile", "error"], rows)
     return lines
 
 
