@@ -728,6 +728,8 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
               "compiles its candidates while another times them; the timings take turns [default: 4].")
 @click.option("--capture-processes", type=click.IntRange(min=1), help="Models captured at once, each in a "
               "process of its own [default: one per GPU; on a CPU, one model after another].")
+@click.option("--passes-per-gpu", type=click.IntRange(min=1), help="End-to-end passes each GPU runs at once, "
+              "a whole model each: one compiles while another times its kernels [default: 2].")
 @click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
 @click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
@@ -743,7 +745,8 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
           batch_sizes: str | None, dynamic: bool, train: bool, ddp: bool, bucket_cap_mb: float | None, fsdp: bool,
           world_size: int | None, device: str | None, address: str | None,
           workers: int | None, gpus: int | None, jobs_per_gpu: int | None, capture_processes: int | None,
-          request_timeout: float | None, force: bool, dry_run: bool, misses: bool, signing_key: str | None,
+          passes_per_gpu: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
+          signing_key: str | None,
           log_path: str | None, verbose: bool, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
@@ -774,7 +777,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(ctx, mode=mode, device=device, address=address, workers=workers, gpus=gpus,
                          jobs_per_gpu=jobs_per_gpu, capture_processes=capture_processes,
-                         request_timeout=request_timeout, signing_key=signing_key, log=log_path)
+                         passes_per_gpu=passes_per_gpu, request_timeout=request_timeout, signing_key=signing_key, log=log_path)
     _check_keys(settings)
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,

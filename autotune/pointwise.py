@@ -400,13 +400,24 @@ def rank_copies(specs: list[PointwiseSpec], gpus: int) -> list[PointwiseSpec]:
     return copies
 
 
-def lane_gpus(lanes: int) -> list[str | None]:
+def pass_lanes(models: int, gpus: int, per_gpu: int, splits: bool) -> int:
+    """How many lanes the passes run in. More models than GPUs: up to ``per_gpu`` on each GPU,
+    whole models only (never more lanes than models). Otherwise a GPU each, sharing models out
+    where they may be split (``plan_lanes``), else one lane per model."""
+    if models > gpus:
+        return min(models, gpus * max(1, per_gpu))
+    return gpus if splits else min(gpus, models)
+
+
+def lane_gpus(lanes: int, gpus: int | None = None) -> list[str | None]:
     """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES
-    (the passes' lanes, and capture's: autotune/capture_lanes.py)."""
+    (the passes' lanes, and capture's: autotune/capture_lanes.py): lane i on GPU i mod ``gpus``
+    (default: a GPU per lane)."""
     if lanes <= 1:
         return [None]
     visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return [visible[i] if i < len(visible) else str(i) for i in range(lanes)]
+    gpus = max(1, gpus or lanes)
+    return [visible[i % gpus] if i % gpus < len(visible) else str(i % gpus) for i in range(lanes)]
 
 
 def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseReport:
@@ -440,16 +451,17 @@ class PointwisePass:
     """
 
     def __init__(self, specs: list[PointwiseSpec], gpus: int = 1, costs: Sequence[float] | None = None,
-                 cost_of: Callable[[str], float] | None = None) -> None:
+                 cost_of: Callable[[str], float] | None = None, per_gpu: int = 1) -> None:
         """``costs``: each spec's expected pass time, or a proxy (the sweep gives each model's
         GEMM lookups), for ``plan_lanes`` to start the longest first. ``cost_of``: the same for
         a model file, asked when a lane picks among ready passes (a pass planned before capture
-        knows its models' costs only as each is captured)."""
+        knows its models' costs only as each is captured). ``per_gpu``: lanes each GPU runs
+        when there are more models than GPUs (--passes-per-gpu), each lane whole models."""
         splits = not any(spec.signing_key for spec in specs)
         copies = rank_copies(specs, gpus)
         gpus = max(1, gpus - len(copies))  # the other ranks' passes take GPUs of their own
-        self.lanes = plan_lanes(len(specs), gpus if splits else min(gpus, len(specs)), costs)
-        self.gpu_ids = lane_gpus(len(self.lanes))
+        self.lanes = plan_lanes(len(specs), pass_lanes(len(specs), gpus, per_gpu, splits), costs)
+        self.gpu_ids = lane_gpus(len(self.lanes), gpus)
         self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=self.gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.units += [[copy] for copy in copies]  # each its own lane, side by side

@@ -79,6 +79,11 @@ class Settings:
     # torch 2.11), so one compiles while another benchmarks; the GPU timings themselves take
     # turns (a lock per GPU, inductor_glue/gpu_lock.py).
     jobs_per_gpu: int = 4
+    # GPU sweeps of several models: end-to-end passes each GPU runs at once, whole models only
+    # (never more lanes than models). A pass's longest part, coordinate descent, compiles each
+    # candidate config on the CPU one after another; a second pass compiles meanwhile, and the
+    # timings take turns on the GPU as the requests' do.
+    passes_per_gpu: int = 2
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0
     # Sweeps sharing a database lease each request; a lease not renewed for this long
@@ -175,6 +180,8 @@ class Settings:
             raise SettingsError(f"workers={self.workers} must be at least 1 (AUTOTUNE_WORKERS)")
         if self.jobs_per_gpu < 1:
             raise SettingsError(f"jobs_per_gpu={self.jobs_per_gpu} must be at least 1 (AUTOTUNE_JOBS_PER_GPU)")
+        if self.passes_per_gpu < 1:
+            raise SettingsError(f"passes_per_gpu={self.passes_per_gpu} must be at least 1 (AUTOTUNE_PASSES_PER_GPU)")
         if self.gpus is not None and self.gpus < 1:
             raise SettingsError(f"gpus={self.gpus} must be at least 1 (AUTOTUNE_GPUS)")
         if self.device not in (None, "cuda", "cpu"):

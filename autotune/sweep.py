@@ -493,6 +493,10 @@ class _Sweep:
             self.dispatcher = _Dispatcher(self.starter, self.queue, self.readiness.answered)
 
     def capture(self, models: list[ModelFile]) -> None:
+        # A training step's chain (its capture, then a pass over forward and backward kernels)
+        # is the longest (benchmarks/results/team_queue.md): captured first, its pass is not
+        # the last to begin.
+        models = sorted(models, key=lambda model: not self._kwargs_for(model)["train"])
         lanes = self._capture_lanes(len(models))
         if lanes > 1:
             models = self._capture_side_by_side(models, lanes)  # those left: their process failed
@@ -613,7 +617,8 @@ class _Sweep:
 
         self._pass_specs = _pointwise_specs(models, self.options, self.settings, self.device, self.kwargs)
         self.pointwise = PointwisePass(self._pass_specs, _local_gpus(self.settings, self.device),
-                                       cost_of=self._pass_cost)
+                                       [float(spec.train) + 1 for spec in self._pass_specs], self._pass_cost,
+                                       _passes_per_gpu(self.settings, self.device))
         self.mark("pointwise_go")
         self.passes_beside = _PassesBeside(self.pointwise, self.settings.request_timeout, self.progress.advance,
                                            self.readiness)
@@ -914,7 +919,7 @@ def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Se
     from .pointwise import PointwisePass
 
     return PointwisePass(_pointwise_specs(models, options, settings, device, kwargs), _local_gpus(settings, device),
-                         pass_costs(models, captured))
+                         pass_costs(models, captured), per_gpu=_passes_per_gpu(settings, device))
 
 
 def pass_costs(models: list[ModelFile], captured: list[ModelCapture]) -> list[float]:
@@ -992,7 +997,13 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
             return None
         log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",
                  len(specs))
-    return PointwisePass(specs, _local_gpus(sweep.settings, sweep.device))
+    return PointwisePass(specs, _local_gpus(sweep.settings, sweep.device),
+                         per_gpu=_passes_per_gpu(sweep.settings, sweep.device))
+
+
+def _passes_per_gpu(settings: Settings, device: str) -> int:
+    """Passes each GPU runs at once (--passes-per-gpu); on a CPU one, after tuning."""
+    return settings.passes_per_gpu if device == "cuda" else 1
 
 
 def _local_gpus(settings: Settings, device: str) -> int:

@@ -10,6 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from autotune.cache import Store
 from autotune.cache.leases import CLAIMED, DONE, TAKEN
 from autotune.cache.records import InputLayout, TuningRequest
@@ -103,6 +105,22 @@ def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
                 assert mine == list(range(count))  # every share of the model exactly once
     assert plan_lanes(3, 2) == [[Shard(0), Shard(2)], [Shard(1)]]
     assert plan_lanes(1, 2) == [[Shard(0, 0, 2)], [Shard(0, 1, 2)]]
+
+
+def test_more_models_than_gpus_run_passes_per_gpu_lanes_of_whole_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.pointwise import lane_gpus, pass_lanes
+
+    assert pass_lanes(8, 4, 2, splits=True) == 8  # two lanes on each GPU
+    assert pass_lanes(5, 4, 2, splits=True) == 5  # never more lanes than models
+    assert pass_lanes(5, 1, 2, splits=True) == 2
+    assert pass_lanes(3, 4, 2, splits=True) == 4  # more GPUs than models: shares, a GPU each, as before
+    assert pass_lanes(3, 4, 2, splits=False) == 3
+    assert pass_lanes(8, 4, 1, splits=True) == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert lane_gpus(4, 2) == ["2", "3", "2", "3"]  # lane i on GPU i mod 2
+    assert lane_gpus(2, 1) == ["2", "2"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert lane_gpus(3, 3) == ["0", "1", "2"] and lane_gpus(1, 4) == [None]
 
 
 def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:

@@ -131,17 +131,19 @@ def test_models_captured_side_by_side_are_planned_as_captured_in_turn(sqlite_url
         (m.path, m.requests, m.new) for m in reports[0].models]
 
 
-def test_a_model_file_that_defines_train_step_is_captured_as_a_training_step_beside_an_inference_one(
+def test_a_model_file_that_defines_train_step_is_captured_first_as_a_training_step_beside_an_inference_one(
         sqlite_url: str, tmp_path: Path) -> None:
     # One sweep, no --train: the copy that defines train_step() is captured forward and backward
-    # (its backward asks for the forward's two bmm shapes again: twice the lookups).
+    # (its backward asks for the forward's two bmm shapes again: twice the lookups), and before
+    # the inference model given ahead of it (the longest chain starts first).
     bmm = Path(TINY).parent / "tiny_bmm.py"
     trained = tmp_path / "tiny_bmm_train.py"
     trained.write_text(bmm.read_text() + "\n\ndef train_step(model, optimizer, inputs):\n"
                        "    return model(*inputs).sum()\n")
     report = run_sweep(SweepOptions(str(bmm), more_models=(str(trained),), dry_run=True),
                        Settings.from_env(cache=sqlite_url, device="cpu"))
-    inference, training = report.models
+    training, inference = report.models
+    assert (training.path, inference.path) == (str(trained), str(bmm)), _debug(report)
     assert (inference.lookups, training.lookups) == (2, 4), _debug(report)
 
 
