@@ -62,6 +62,11 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")}
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                         PYTHONPATH=os.pathsep.join(p for p in (str(harness.REPO), os.environ.get("PYTHONPATH")) if p))
+        # The sweep runs on the head's host, which on a real cluster has the head's GPUs alone: its
+        # captures and end-to-end passes use those, and every other GPU only through Ray.
+        self.driver_env = dict(self.env)
+        if gpus_per_node:
+            self.driver_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(gpus_per_node))
         self.address = f"127.0.0.1:{_free_port()}"
         self.logs = logs
         self.node_env = dict(node_env or {})
@@ -144,7 +149,8 @@ def start_sweep(cluster: Cluster, models: list[str], cache: str, device: str, ex
     sink = open(log_path, "w")
     sink.write("$ autotune " + " ".join(cmd[3:]) + "\n")
     sink.flush()
-    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE, stderr=sink, text=True, cwd=harness.REPO)
+    proc = subprocess.Popen(cmd, env=cluster.driver_env, stdout=subprocess.PIPE, stderr=sink, text=True,
+                            cwd=harness.REPO)
     return proc, sink
 
 
@@ -238,6 +244,15 @@ def concurrent(cluster: Cluster, lists: list[list[str]], cache: str, device: str
             "tuned_by_both": sorted(keys[0] & keys[1]) if len(keys) == 2 else [],
             "sum_of_tuned": tuned_sum, "exactly_once": (tuned_sum == len(stored) and not (keys[0] & keys[1])
                                                         and all(r["rc"] == 0 for r in runs))}
+
+
+def _model_files(models: str, directory: Path) -> list[str]:
+    """``--models``: paths, or zoo ``name:mode`` entries written as model files into ``directory``
+    (the team queue's workload: ``--models $(python -c ...WORKLOAD)``)."""
+    from benchmarks.team_queue import model_paths
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return model_paths([m for m in models.split(",") if m], directory)
 
 
 def fresh_database(cache: str, name: str) -> str:
@@ -334,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report.update(node_commands=cluster.commands, ray_nodes=cluster.nodes())
         if args.models:
-            report["spread"] = spread(cluster, [m for m in args.models.split(",") if m],
+            report["spread"] = spread(cluster, _model_files(args.models, logs.parent / "models"),
                                       fresh_database(args.cache, "autotune_spread"), device, extra, logs, args.timeout,
                                       args.kill_node, args.kill_after)
             store.save()  # before the cluster stops: a slow stop can be cut off
