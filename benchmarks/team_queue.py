@@ -155,7 +155,8 @@ def render(run: dict[str, Any]) -> list[str]:
              fmt(s.get("tuning_s")), fmt(s.get("pointwise_s")), fmt(s.get("efficiency"), ".2f"),
              fmt(s.get("serial_fraction"), ".2f")]
             for key, n in QUEUE_STEPS.items() if (s := steps.get(key))]
-    lines = [f"Workload: {', '.join(run.get('workload') or [])}.", ""]
+    per_gpu = f" End-to-end passes per GPU: {run['passes_per_gpu']}." if run.get("passes_per_gpu") else ""
+    lines = [f"Workload: {', '.join(run.get('workload') or [])}.{per_gpu}", ""]
     lines += harness.table(["GPUs", "wall s", "requests", "start-up", "capture", "GEMM tuning", "passes",
                             "efficiency", "serial fraction"], rows)
     for k, p in (run.get("projected") or {}).items():
@@ -226,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     store = results(Path(args.out))
     run, earlier, gpus = harness.resumable_run(store, args, "benchmarks.team_queue", argv)
     entries = [m.strip() for m in args.models.split(",") if m.strip()]
-    run.update(workload=entries, steps=earlier.get("steps") or {}, skipped=[])
+    from autotune.settings import Settings
+
+    # The sweeps read it from the environment (AUTOTUNE_PASSES_PER_GPU): one run per value compares them.
+    run.update(workload=entries, steps=earlier.get("steps") or {}, skipped=[],
+               passes_per_gpu=Settings.from_env().passes_per_gpu)
     stubs = Path(tempfile.mkdtemp(prefix="team_queue_models_"))
     paths = model_paths(entries, stubs)
     kept = Path(tempfile.mkdtemp(prefix="team_queue_caches_"))  # each queue step's cache, for the warm step

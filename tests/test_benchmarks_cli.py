@@ -183,3 +183,20 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     assert "- efficiency at 4 GPUs >= 0.8: 0.83 (met)" in lines
     assert any(line.startswith("- the 4-GPU sweep <= 0.5x") and "(met)" in line for line in lines)
     assert "- every warm-started model (a:infer) ran 0 benchmarks: met" in lines
+    assert "- from 2 GPUs to 4: efficiency 0.92 (2 T2 / 4 T4)" in lines
+    # A step cut by its call's budget is a lower bound, and each end-to-end compile is listed.
+    cut = {"steps": {"queue2": {"status": "stopped by the call budget", "wall_s": 524.0},
+                     "queue4": {"status": "ok", "wall_s": 391.4, "passes": [
+                         {"model": "dlrm_train", "began_s": 113.3, "seconds": 157.3, "kernels_tuned": 83,
+                          "time_in_graph": True}]}},
+           "workload": ["dlrm:train"], "passes_per_gpu": 2}
+    team_queue.derive(cut)
+    lines = team_queue.render(cut)
+    assert "scaling_2_to_4" not in cut and any(line.startswith("| 2 | > 524.0 (stopped by") for line in lines)
+    assert "| dlrm_train | 113.3 | 157.3 | 83 | timing |  |" in lines and "passes per GPU: 2" in lines[0]
+    from benchmarks.sweep_bench import pass_rows
+
+    rows = pass_rows({"passes": [{"model": "/t/a.py", "began_at": 1000.0, "seconds": 9.5, "time_in_graph": True},
+                                 {"model": "/t/b.py", "began_at": 1012.5, "seconds": 3.0}],
+                      "failed": [{"model": "/t/c.py", "error": "exited 17"}]})
+    assert [(r["model"], r.get("began_s")) for r in rows] == [("a", 0.0), ("b", 12.5), ("c", None)]
