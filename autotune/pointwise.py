@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from autotune.inductor_glue.capture import (
     Session,
@@ -477,7 +477,13 @@ class PointwisePass:
         self.skipped: list[str] = []  # model files whose pass had nothing to do
         self._taking = threading.Lock()
         self._closed = False  # close(): a lane takes nothing more
-        self.started: list[PointwiseProcess] = []  # the later passes' processes, for close()
+        self.started: list[PassProcess] = []  # the later passes' processes, for close()
+        # Lanes added while the pass runs (add_lanes: another node's GPUs), and their reports.
+        self._extra: list[threading.Thread] = []
+        self._extra_reports: list[PointwiseReport] = []
+        self._finished = False  # every planned lane ended: a lane added now would find nothing
+        self._running = threading.Event()  # run() began: the added lanes have its arguments
+        self._run_args: tuple[float, Callable[[str], None] | None, ModelReadiness | None] = (0.0, None, None)
 
     @property
     def size(self) -> int:
@@ -492,29 +498,62 @@ class PointwisePass:
         import concurrent.futures
 
         started = time.perf_counter()
+        self._run_args = (timeout, on_done, readiness)
+        self._running.set()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.units))) as pool:
             lanes = list(pool.map(lambda i: self._run_lane(i, timeout, on_done, readiness), range(len(self.units))))
-        merged = merge_reports([r for lane in lanes for r in lane], time.perf_counter() - started)
+        with self._taking:  # nothing is left to take: a lane added from now on starts no pass
+            self._finished = True
+            extra = list(self._extra)
+        for thread in extra:  # each ends with the pass it is running
+            thread.join()
+        merged = merge_reports([r for lane in lanes for r in lane] + self._extra_reports, time.perf_counter() - started)
         merged.skipped = list(self.skipped)
         return merged
 
-    def _run_lane(self, index: int, timeout: float, on_done: Callable[[str], None] | None,
-                  readiness: ModelReadiness | None) -> list[PointwiseReport]:
+    def add_lanes(self, makers: Sequence[Callable[[PointwiseSpec], PassProcess]]) -> int:
+        """More lanes while the pass runs, each starting its passes with its maker (a pass on
+        another node's GPU: autotune/remote_passes.py); they take the passes no lane has begun.
+        How many were added (none once every planned lane has ended)."""
+        with self._taking:
+            if self._finished or self._closed:
+                return 0
+            for make in makers:
+                thread = threading.Thread(target=self._run_extra_lane, args=(make,), name="autotune-pass-lane",
+                                          daemon=True)
+                self._extra.append(thread)
+                thread.start()
+        return len(makers)
+
+    def _run_extra_lane(self, make: Callable[[PointwiseSpec], PassProcess]) -> None:
+        self._running.wait()
+        timeout, on_done, readiness = self._run_args
+        reports = self._run_lane(None, timeout, on_done, readiness, make)
+        with self._taking:
+            self._extra_reports.extend(reports)
+
+    def _run_lane(self, index: int | None, timeout: float, on_done: Callable[[str], None] | None,
+                  readiness: ModelReadiness | None,
+                  make: Callable[[PointwiseSpec], PassProcess] | None = None) -> list[PointwiseReport]:
         """The lane's passes one after another: its first (started early), then whichever later
-        pass is ready first. A pass whose process was SIGKILLed by someone else (the OOM killer)
-        runs once more in a fresh process; one that fails is recorded against its model, and the
-        lane goes on to the next."""
+        pass is ready first (an added lane, ``index`` None, has no first and starts its passes
+        with ``make``). A pass whose process was SIGKILLed by someone else (the OOM killer), or
+        that another node could not run (``rerun_here``: its node lost, or a model file that
+        needs files beside it), runs once more in a fresh process on this host; one that fails
+        is recorded against its model, and the lane goes on to the next (an added lane whose
+        node was lost ends)."""
         reports = []
-        while (taken := self._take(index, readiness, on_done)) is not None:
+        while (taken := self._take(index, readiness, on_done, make)) is not None:
             spec, process = taken
             report = process.run(timeout)
-            if process.killed:
-                log.warning("the end-to-end pass of %s was killed (%s); running it again", spec.model_path,
-                            report.error)
+            lost = getattr(process, "lost", False)
+            if process.killed or getattr(process, "rerun_here", False):
+                log.warning("the end-to-end pass of %s was killed or failed elsewhere (%s); running it again here",
+                            spec.model_path, report.error)
                 with self._taking:
                     if self._closed:
                         break
-                    again = PointwiseProcess(spec)
+                    again = PointwiseProcess(spec if index is not None else dataclasses.replace(spec, gpu=None))
                     self.started.append(again)
                 report = again.run(timeout)
                 report.requeued += 1
@@ -523,20 +562,22 @@ class PointwisePass:
             reports.append(report)
             if on_done is not None:
                 on_done(spec.model_path)
+            if lost:
+                break
         return reports
 
-    def _take(self, index: int, readiness: ModelReadiness | None,
-              on_done: Callable[[str], None] | None) -> tuple[PointwiseSpec, PointwiseProcess] | None:
+    def _take(self, index: int | None, readiness: ModelReadiness | None, on_done: Callable[[str], None] | None,
+              make: Callable[[PointwiseSpec], PassProcess] | None = None) -> tuple[PointwiseSpec, PassProcess] | None:
         """The lane's next pass: its own first while that is ready, else the costliest ready
         later one (a rank's copy takes its own only); waits while none is. A model whose pass is
         skipped is dropped. None: nothing is left."""
-        shared = index < len(self.lanes)  # the rank copies' lanes keep to their own device
+        shared = index is None or index < len(self.lanes)  # the rank copies' lanes keep to their own device
         while True:
             with self._taking:
                 if self._closed:
                     return None
-                first = self._waiting_first[index]
-                own = [self.units[index][0]] if first is not None else []
+                first = self._waiting_first[index] if index is not None else None
+                own = [self.units[index][0]] if index is not None and first is not None else []
                 candidates = own + (self._later if shared else [])
                 if not candidates:
                     return None
@@ -546,13 +587,14 @@ class PointwisePass:
                 if skipped:
                     self._drop(index, skipped[0] - len(own), candidates[skipped[0]])
                 elif ready and own and ready[0] == 0:
-                    assert first is not None
+                    assert first is not None and index is not None
                     self._waiting_first[index] = None
                     return own[0], first
                 elif ready:
                     chosen = max(ready, key=lambda i: self._cost(candidates[i]))  # ties: the first
-                    spec = dataclasses.replace(self._later.pop(chosen - len(own)), gpu=self.gpu_ids[index])
-                    process = PointwiseProcess(spec)
+                    gpu = self.gpu_ids[index] if index is not None else None  # an added lane's node gives it one
+                    spec = dataclasses.replace(self._later.pop(chosen - len(own)), gpu=gpu)
+                    process = (make or PointwiseProcess)(spec)
                     self.started.append(process)
                     return spec, process
             if skipped:
@@ -562,10 +604,10 @@ class PointwisePass:
             assert readiness is not None
             readiness.first_ready([spec.model_path for spec in candidates], timeout=1.0)
 
-    def _drop(self, index: int, later: int, spec: PointwiseSpec) -> None:
+    def _drop(self, index: int | None, later: int, spec: PointwiseSpec) -> None:
         """Leave out a skipped model's pass (the lock held): ``later`` is its place among the later
         passes, or negative for the lane's own first, whose waiting process then ends."""
-        if later < 0:
+        if later < 0 and index is not None:
             first = self._waiting_first[index]
             self._waiting_first[index] = None
             if first is not None:
@@ -621,6 +663,18 @@ class PointwiseSpec:
         return json.dumps(self.__dict__)
 
 
+class PassProcess(Protocol):
+    """A pass's process: here (PointwiseProcess), or on another node (remote_passes.py)."""
+
+    @property
+    def killed(self) -> bool:
+        """Ended by a SIGKILL nobody in this sweep sent: run it again."""
+
+    def run(self, timeout: float) -> PointwiseReport: ...
+
+    def close(self) -> None: ...
+
+
 class PointwiseProcess:
     """The fresh process: started early, told to go once the GEMM winners are stored."""
 
@@ -671,19 +725,24 @@ class PointwiseProcess:
         return self._report(stdout) or PointwiseReport(error=f"exited {self.proc.returncode} without a report")
 
     def _report(self, stdout: str) -> PointwiseReport | None:
-        for line in reversed(stdout.splitlines()):
-            if line.startswith(_RESULT):
-                report = PointwiseReport(**json.loads(line[len(_RESULT):]))
-                if report.ready_at is not None:
-                    report.startup_seconds = round(report.ready_at - self.spawned_at, 3)
-                return report
-        return None
+        return report_from(stdout, self.spawned_at)
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self._stopped = True
             self.proc.kill()
         self.proc.wait()
+
+
+def report_from(stdout: str, spawned_at: float) -> PointwiseReport | None:
+    """The report a pass process printed last, its start-up counted from ``spawned_at``."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(_RESULT):
+            report = PointwiseReport(**json.loads(line[len(_RESULT):]))
+            if report.ready_at is not None:
+                report.startup_seconds = round(report.ready_at - spawned_at, 3)
+            return report
+    return None
 
 
 def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:

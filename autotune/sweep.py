@@ -797,6 +797,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         sweep.pointwise = None
     if sweep.passes_beside is not None and sweep.pointwise is not None:
         log.info("tuning done; waiting for the end-to-end passes begun beside it")
+        _add_remote_lanes(sweep)
         later = sweep.passes_beside.join()
         sweep.mark("pointwise_done")
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
@@ -805,11 +806,28 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         signed = ", publishing signed artifacts" if settings.signing_key else ""
         sweep.progress.start(sweep.pointwise.size, f"end-to-end pass: {what}{signed}")
         sweep.mark("pointwise_go")
+        _add_remote_lanes(sweep)
         later = sweep.pointwise.run(settings.request_timeout, on_done=sweep.progress.advance)
         sweep.mark("pointwise_done")
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
+
+
+def _add_remote_lanes(sweep: _Sweep) -> None:
+    """On a cluster (--address), once tuning is over and its actors are gone, the other nodes'
+    GPUs (on a CPU cluster, the other nodes) join the end-to-end pass (autotune/remote_passes.py)."""
+    if sweep.pointwise is None or not (sweep.settings.address or os.environ.get("RAY_ADDRESS")):
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    from .remote_passes import makers, remote_lanes
+
+    lanes = remote_lanes(sweep.device, _passes_per_gpu(sweep.settings, sweep.device))
+    if lanes and sweep.pointwise.add_lanes(makers(lanes)):
+        log.info("the end-to-end passes also run on %d lane(s) of the cluster's other nodes", len(lanes))
 
 
 class _PassesBeside:

@@ -63,7 +63,7 @@ class Cluster:
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                         PYTHONPATH=os.pathsep.join(p for p in (str(harness.REPO), os.environ.get("PYTHONPATH")) if p))
         # The sweep runs on the head's host, which on a real cluster has the head's GPUs alone: its
-        # captures and end-to-end passes use those, and every other GPU only through Ray.
+        # captures and its own end-to-end passes use those, every other GPU only through Ray.
         self.driver_env = dict(self.env)
         if gpus_per_node:
             self.driver_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(gpus_per_node))

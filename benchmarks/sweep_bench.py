@@ -74,7 +74,7 @@ def pass_rows(pointwise: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"model": Path(entry.get("model") or "?").stem, "seconds": entry.get("seconds"),
                      "began_s": round(began - first, 1) if began and first else None,
                      "time_in_graph": entry.get("time_in_graph"), "publishes": entry.get("publishes"),
-                     "kernels_tuned": entry.get("kernels_tuned")})
+                     "kernels_tuned": entry.get("kernels_tuned"), "node": entry.get("node")})
     rows += [{"model": Path(f.get("model") or "?").stem, "error": f.get("error")} for f in pointwise.get("failed") or []]
     return rows
 

@@ -79,6 +79,23 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
     assert len({r["node"] for r in report["requests"]}) == 2, report["requests"]  # both nodes tuned
 
 
+def test_the_other_node_runs_end_to_end_passes_once_tuning_is_over(
+        cluster: Cluster, sqlite_url: str, signing_keys: dict[str, Path]) -> None:
+    # Two models, a signing key (a CPU pass runs to publish): this host's lane and the other
+    # node's lane pass one model each (autotune/remote_passes.py), and both publish.
+    bmm = str(Path(TINY).parent / "tiny_bmm.py")
+    proc = _sweep(cluster, sqlite_url, bmm, "--signing-key", str(signing_keys["writer"]))
+    out, err = proc.communicate(timeout=500)
+    assert proc.returncode == 0, err[-3000:]
+    pointwise = _report(out)["pointwise"]
+    assert pointwise["error"] is None and pointwise["failed"] == [], pointwise
+    there = [p for p in pointwise["passes"] if p.get("node")]
+    assert {p["model"] for p in pointwise["passes"]} == {TINY, bmm}, pointwise["passes"]
+    assert len(there) >= 1 and pointwise["artifacts_published"] >= 2, pointwise
+    names = {n["id"]: n["resources"] for n in cluster.nodes()}
+    assert all("node1" in names[p["node"]] for p in there), there  # the other node, not the head
+
+
 def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # benchmarks.cluster_run's own path (its --kill-node): the second node dies as a whole once a

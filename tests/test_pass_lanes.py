@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from autotune.pass_readiness import ModelReadiness
-from autotune.pointwise import PointwisePass, PointwiseSpec
+from autotune.pointwise import PointwisePass, PointwiseProcess, PointwiseSpec
 
 MODELS = Path(__file__).parent / "models"
 MLP, BMM, BLOCK = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py"), str(MODELS / "tiny_block.py")
@@ -48,6 +48,24 @@ def test_two_passes_run_side_by_side(swept: str) -> None:
     first, second = report.passes  # one compile each, in lane order
     assert max(first["began_at"], second["began_at"]) < min(first["began_at"] + first["seconds"],
                                                              second["began_at"] + second["seconds"]), report.passes
+
+
+def test_a_lane_added_while_the_pass_runs_takes_a_pass_no_lane_has_begun(swept: str) -> None:
+    # One planned lane: the MLP's pass is its first, the bmm's waits for a lane. A lane added as
+    # the pass runs (as the other nodes' lanes are on a cluster) takes the bmm's at once.
+    passes = PointwisePass([_spec(MLP, swept), _spec(BMM, swept)], gpus=1)
+    added: list[PointwiseSpec] = []
+
+    def make(spec: PointwiseSpec) -> PointwiseProcess:
+        added.append(spec)
+        return PointwiseProcess(spec)
+
+    assert passes.add_lanes([make]) == 1
+    report = passes.run(timeout=300)
+    assert report.error is None and report.failed == [] and [s.model_path for s in added] == [BMM], report.failed
+    mlp, bmm = sorted(report.passes, key=lambda p: p["model"] != MLP)
+    assert bmm["began_at"] < mlp["began_at"] + mlp["seconds"], report.passes  # side by side
+    assert passes.add_lanes([make]) == 0  # every lane has ended: nothing is left to take
 
 
 def test_a_killed_pass_runs_again_and_a_crashing_one_is_recorded_against_its_model(
