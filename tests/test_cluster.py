@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,8 @@ from autotune.cache import Store
 from autotune.workers.faults import FAULT_ENV
 from benchmarks.cluster_run import Cluster, spread  # a token-auth cluster of `ray start` nodes, as a team runs one
 
-# Both tests share one two-node cluster (module fixture): one xdist worker starts it once.
+# The tests share one two-node cluster (module fixture; the last test starts its own): one xdist
+# worker runs them all.
 pytestmark = [pytest.mark.xdist_group("cluster"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,3 +117,41 @@ def test_a_node_killed_mid_sweep_loses_nothing(cluster: Cluster, sqlite_url: str
     assert len(rows) == 6 and {r.status for _, r in rows} == {"ok"}
     assert len({r.request.key for _, r in rows}) == 6 and killed["nothing_lost"]
     assert run["totals"]["requeued"] >= 1, "the node died after its last job: nothing was re-queued"
+
+
+def _remote_pass_running() -> bool:
+    """Whether a pass process runs on a node of the cluster: its model file in the folder
+    workers/remote_run.py made for it."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"autotune.pointwise" in args and any(b"autotune-remote-" in arg for arg in args):
+            return True
+    return False
+
+
+def test_a_node_killed_during_its_pass_loses_nothing(tmp_path: Path, sqlite_url: str,
+                                                     signing_keys: dict[str, Path]) -> None:
+    # A cluster of its own: on its nodes (not on the sweep's host) a pass hangs, so the pass the
+    # second node takes is still running when that node is SIGKILLed. It runs again on the
+    # sweep's host, and both models publish.
+    (tmp_path / "ray_logs").mkdir()
+    nodes = Cluster(2, gpus_per_node=0, cpus_per_node=1, logs=tmp_path / "ray_logs",
+                    node_env={**FAST_HEALTH_CHECKS, FAULT_ENV: "hang:pass:tiny"})
+    try:
+        bmm = str(Path(TINY).parent / "tiny_bmm.py")
+        proc = _sweep(nodes, sqlite_url, bmm, "--signing-key", str(signing_keys["writer"]))
+        deadline = time.monotonic() + 300
+        while not _remote_pass_running() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _remote_pass_running(), "no pass ran on the second node"
+        nodes.kill(1, signal.SIGKILL)
+        out, err = proc.communicate(timeout=400)
+    finally:
+        nodes.stop()
+    assert proc.returncode == 0, err[-3000:]
+    pointwise = _report(out)["pointwise"]
+    assert pointwise["failed"] == [] and pointwise["requeued"] >= 1, pointwise
+    assert {p["model"] for p in pointwise["passes"]} == {TINY, bmm} and pointwise["artifacts_published"] >= 2
