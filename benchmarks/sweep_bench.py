@@ -68,13 +68,16 @@ def pass_rows(pointwise: dict[str, Any]) -> list[dict[str, Any]]:
     compile began) and length: where the passes' time went."""
     rows = []
     entries = pointwise.get("passes") or []
+    phases = pointwise.get("phases") or []  # each compile's longest phases, in the passes' order
     first = min((e["began_at"] for e in entries if e.get("began_at")), default=None)
-    for entry in entries:
+    for index, entry in enumerate(entries):
         began = entry.get("began_at")
+        longest = phases[index] if index < len(phases) and len(phases) == len(entries) else {}
         rows.append({"model": Path(entry.get("model") or "?").stem, "seconds": entry.get("seconds"),
                      "began_s": round(began - first, 1) if began and first else None,
                      "time_in_graph": entry.get("time_in_graph"), "publishes": entry.get("publishes"),
-                     "kernels_tuned": entry.get("kernels_tuned"), "node": entry.get("node")})
+                     "kernels_tuned": entry.get("kernels_tuned"), "node": entry.get("node"),
+                     "phases": dict(sorted(longest.items(), key=lambda kv: -kv[1])[:4])})
     rows += [{"model": Path(f.get("model") or "?").stem, "error": f.get("error")} for f in pointwise.get("failed") or []]
     return rows
 

@@ -186,11 +186,13 @@ def _pass_table(steps: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for key in QUEUE_STEPS:
         rows = [[p.get("model"), fmt(p.get("began_s")), fmt(p.get("seconds")), p.get("kernels_tuned", "-"),
-                 "timing" if p.get("time_in_graph") else "served", p.get("error") or ""]
+                 "timing" if p.get("time_in_graph") else "served",
+                 ", ".join(f"{name} {fmt(sec)}" for name, sec in (p.get("phases") or {}).items()), p.get("error") or ""]
                 for p in (steps.get(key) or {}).get("passes") or []]
         if rows:
             lines += ["", f"{key}'s end-to-end compiles:", ""]
-            lines += harness.table(["model", "began s (after the first)", "seconds", "kernels tuned", "compile", "error"], rows)
+            lines += harness.table(["model", "began s (after the first)", "seconds", "kernels tuned", "compile",
+                                    "longest phases (s, nested)", "error"], rows)
     return lines
 
 

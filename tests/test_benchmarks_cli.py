@@ -193,10 +193,12 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     team_queue.derive(cut)
     lines = team_queue.render(cut)
     assert "scaling_2_to_4" not in cut and any(line.startswith("| 2 | > 524.0 (stopped by") for line in lines)
-    assert "| dlrm_train | 113.3 | 157.3 | 83 | timing |  |" in lines and "passes per GPU: 2" in lines[0]
+    assert "| dlrm_train | 113.3 | 157.3 | 83 | timing |  |  |" in lines and "passes per GPU: 2" in lines[0]
     from benchmarks.sweep_bench import pass_rows
 
     rows = pass_rows({"passes": [{"model": "/t/a.py", "began_at": 1000.0, "seconds": 9.5, "time_in_graph": True},
                                  {"model": "/t/b.py", "began_at": 1012.5, "seconds": 3.0}],
+                      "phases": [{"a": 1.0, "b": 5.0, "c": 2.0, "d": 0.5, "e": 0.1}, {}],
                       "failed": [{"model": "/t/c.py", "error": "exited 17"}]})
     assert [(r["model"], r.get("began_s")) for r in rows] == [("a", 0.0), ("b", 12.5), ("c", None)]
+    assert list(rows[0]["phases"]) == ["b", "c", "a", "d"]  # each compile's four longest
