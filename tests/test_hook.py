@@ -57,9 +57,10 @@ def _winners(url: str) -> dict[str, str]:
 def test_warm_start_serves_every_request_without_benchmarking(swept: str, tmp_path: Path) -> None:
     warm = job(tmp_path, "--cache", swept, name="warm")
     cold = job(tmp_path, "--no-hook", name="cold")
+    # The counters first: a failure names the lookup that missed or erred, with the job's output.
+    assert _core(warm["stats"]) == {"hits": 2, "misses": 0, "written": 0, "errors": 0}, warm["stderr"][-3000:]
     assert "AUTOTUNE" not in warm["stderr"]  # Inductor prints an AUTOTUNE block per benchmark
     assert warm["benchmarks"] == 0
-    assert _core(warm["stats"]) == {"hits": 2, "misses": 0, "written": 0, "errors": 0}
     stored = _winners(swept)
     assert warm["chosen"] == stored  # Inductor picked the stored winner for every request
     # A cold max-autotune compile weighs exactly the candidates the sweep timed. (Not its
