@@ -546,8 +546,7 @@ class PointwisePass:
         while (taken := self._take(index, readiness, on_done, make)) is not None:
             spec, process = taken
             report = process.run(timeout)
-            lost = getattr(process, "lost", False)
-            if process.killed or getattr(process, "rerun_here", False):
+            if process.rerun_here:
                 log.warning("the end-to-end pass of %s was killed or failed elsewhere (%s); running it again here",
                             spec.model_path, report.error)
                 with self._taking:
@@ -562,7 +561,7 @@ class PointwisePass:
             reports.append(report)
             if on_done is not None:
                 on_done(spec.model_path)
-            if lost:
+            if process.lost:
                 break
         return reports
 
@@ -667,8 +666,12 @@ class PassProcess(Protocol):
     """A pass's process: here (PointwiseProcess), or on another node (remote_passes.py)."""
 
     @property
-    def killed(self) -> bool:
-        """Ended by a SIGKILL nobody in this sweep sent: run it again."""
+    def rerun_here(self) -> bool:
+        """Its pass is to run again in a fresh process on the sweep's host."""
+
+    @property
+    def lost(self) -> bool:
+        """Where it ran is gone: its lane takes nothing more."""
 
     def run(self, timeout: float) -> PointwiseReport: ...
 
@@ -711,6 +714,15 @@ class PointwiseProcess:
         """Ended by a SIGKILL that did not come from us (the OOM killer, a node going away). A
         SIGINT or SIGTERM is someone stopping the sweep: never a reason to run the pass again."""
         return self.proc.returncode == -signal.SIGKILL and not self._stopped
+
+    @property
+    def rerun_here(self) -> bool:
+        """Killed by someone else (the OOM killer): it runs once more."""
+        return self.killed
+
+    @property
+    def lost(self) -> bool:
+        return False  # this host is the sweep's own
 
     def _stop(self, grace: float) -> PointwiseReport:
         """SIGTERM, then the report the process writes once it has stored what it tuned; killed

@@ -76,13 +76,8 @@ class RemotePassProcess:
         self.spec, self.lane = spec, lane
         self.spawned_at = time.time()
         self.lost = False
-        self._sigkilled = False
-        self._failed = False  # it reported an error, or none, within its time
+        self._failed = False  # SIGKILLed, or it reported an error (or none) within its time
         self._ref: Any = None
-
-    @property
-    def killed(self) -> bool:
-        return self._sigkilled
 
     @property
     def rerun_here(self) -> bool:
@@ -105,13 +100,13 @@ class RemotePassProcess:
             self.lost = True
             return PointwiseReport(error=f"its Ray node {self.lane.node[:8]} was lost: {type(exc).__name__}",
                                    seconds=time.perf_counter() - started)
-        self._sigkilled = reply["rc"] == -signal.SIGKILL
+        sigkilled = reply["rc"] == -signal.SIGKILL
         report = report_from(reply["stdout"], self.spawned_at) or PointwiseReport(
             error=f"the process on node {self.lane.node[:8]} exited {reply['rc']} without a report")
         if reply["timed_out"]:
             report.error = f"timed out after {timeout:.0f} s" + (f" ({report.error})" if report.error else "")
         else:
-            self._failed = report.error is not None
+            self._failed = sigkilled or report.error is not None
         for entry in report.passes:  # named as here, not by the folder it had there
             entry.update(model=self.spec.model_path, node=reply["node"])
         return report

@@ -814,10 +814,15 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     return report
 
 
+def _joins_cluster(settings: Settings) -> bool:
+    """The sweep tunes on a Ray cluster it joins (--address, RAY_ADDRESS), not a local one."""
+    return bool(settings.address or os.environ.get("RAY_ADDRESS"))
+
+
 def _add_remote_lanes(sweep: _Sweep) -> None:
     """On a cluster (--address), once tuning is over and its actors are gone, the other nodes'
     GPUs (on a CPU cluster, the other nodes) join the end-to-end pass (autotune/remote_passes.py)."""
-    if sweep.pointwise is None or not (sweep.settings.address or os.environ.get("RAY_ADDRESS")):
+    if sweep.pointwise is None or not _joins_cluster(sweep.settings):
         return
     import ray
 
@@ -868,7 +873,7 @@ def _start_local_ray_soon(options: SweepOptions, settings: Settings) -> bool:
     the model files load. A model file that cannot be one starts none; one that fails to load
     stops the sweep, which shuts this Ray down again (``_undo_early_start``). Joining a cluster
     (--address, RAY_ADDRESS) takes a second and waits for the address check. True when it did."""
-    if options.dry_run or settings.address or os.environ.get("RAY_ADDRESS") or not options.model_paths:
+    if options.dry_run or _joins_cluster(settings) or not options.model_paths:
         return False
     if not all(_may_define(path, options.entry) for path in options.model_paths):
         return False  # bad input: the load says so in a moment, with no Ray started for nothing
