@@ -77,6 +77,20 @@ def test_dry_run_json_lists_the_plan_alone_on_stdout(sqlite_url: str) -> None:
         "linear_unary 8x32", "linear_unary 8x64"}
 
 
+def test_json_is_stdout_whole_even_with_output_after_it(tmp_path: Path, sqlite_url: str) -> None:
+    # A model file (or a library: Ray, telling of a node it lost) that prints once the sweep is
+    # over, at exit here, prints to stderr: stdout stays one JSON document.
+    model = tmp_path / "late.py"
+    model.write_text(f"import atexit, sys\nsys.path.insert(0, {str(MODELS)!r})\n"
+                     "from tiny_mlp import example\n"
+                     "atexit.register(print, 'printed at exit')\n")
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(model), "--dry-run", "--json",
+                           "--cache", sqlite_url, "--device", "cpu"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["dry_run"] is True
+    assert "printed at exit" in done.stderr
+
+
 def _autotune_run(tmp_path: Path, *args: str, then: str = "", **env: str) -> subprocess.CompletedProcess[str]:
     """`autotune run ARGS train.py --epochs 3`, where train.py compiles the tiny MLP with
     max-autotune, then runs ``then``."""
