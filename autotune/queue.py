@@ -10,7 +10,8 @@ whose holder died (lease expired) is taken over.
 
 from __future__ import annotations
 
-import collections
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -42,21 +43,25 @@ class SweepQueue:
     elsewhere: list[TuneJob] = field(default_factory=list)  # done by another sweep meanwhile
 
     def __post_init__(self) -> None:
-        self._pending: collections.deque[TuneJob] = collections.deque()
+        # (-priority, order, job): the highest priority first, and in the order put among equals.
+        self._pending: list[tuple[float, int, TuneJob]] = []
+        self._order = itertools.count()
         self._waiting: list[tuple[float, TuneJob]] = []  # (when to ask again, job)
         self._keys: set[LeaseKey] = set()
         self._closed = False
         self._lock = threading.Lock()
         self._heartbeat = Heartbeat(self.leases) if self.leases is not None else None
 
-    def put(self, job: TuneJob) -> bool:
-        """Add a job unless the same request (same environment) is queued already."""
+    def put(self, job: TuneJob, priority: float = 0.0) -> bool:
+        """Add a job unless the same request (same environment) is queued already. Jobs of a
+        higher ``priority`` go out first: the sweep gives a training step's requests more, as
+        its end-to-end pass, which waits for them, is the longest chain of the sweep."""
         key = lease_key(job)
         with self._lock:
             if key in self._keys:
                 return False
             self._keys.add(key)
-            self._pending.append(job)
+            heapq.heappush(self._pending, (-priority, next(self._order), job))
             return True
 
     def close(self) -> None:
@@ -81,7 +86,7 @@ class SweepQueue:
                     self._waiting += [(now, rest) for rest in due[i + 1:]]
                     return job
             while self._pending:
-                job = self._pending.popleft()
+                job = heapq.heappop(self._pending)[2]
                 if self._claim(job, now):
                     return job
             return None
@@ -93,7 +98,7 @@ class SweepQueue:
     def left(self) -> list[TuneJob]:
         """Jobs never handed out (a sweep that stopped early reports them as not run)."""
         with self._lock:
-            return list(self._pending) + [job for _, job in self._waiting]
+            return [job for _, _, job in sorted(self._pending)] + [job for _, job in self._waiting]
 
     def finished(self, job: TuneJob, result: TuningResult) -> None:
         if self.leases is not None:
@@ -105,8 +110,8 @@ class SweepQueue:
                 log.debug("lease release failed", exc_info=True)
 
     def retry(self, job: TuneJob) -> None:
-        with self._lock:
-            self._pending.appendleft(job)  # still leased by this sweep: the heartbeat keeps it
+        with self._lock:  # first of all: still leased by this sweep (the heartbeat keeps it)
+            heapq.heappush(self._pending, (-float("inf"), next(self._order), job))
 
     def stop(self) -> None:
         """At the sweep's end: stop renewing, and give back anything still held."""

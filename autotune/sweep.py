@@ -453,6 +453,7 @@ class _Sweep:
         self._pass_specs: list[PointwiseSpec] = []  # the early pass's (start_passes)
         self.readiness = ModelReadiness()  # which models' passes may start (their GEMMs answered)
         self.queued_keys: set[str] = set()  # request keys this sweep queued
+        self.training: set[str] = set()  # model files that are training steps: their requests go out first
         self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
 
     def mark(self, milestone: str) -> None:
@@ -493,10 +494,11 @@ class _Sweep:
             self.dispatcher = _Dispatcher(self.starter, self.queue, self.readiness.answered)
 
     def capture(self, models: list[ModelFile]) -> None:
-        # A training step's chain (its capture, then a pass over forward and backward kernels)
-        # is the longest (benchmarks/results/team_queue.md): captured first, its pass is not
-        # the last to begin.
+        # A training step's chain (its capture, its requests, then a pass over forward and
+        # backward kernels) is the longest (benchmarks/results/team_queue.md): captured first,
+        # and its requests tuned first, its pass is not the last to begin.
         models = sorted(models, key=lambda model: not self._kwargs_for(model)["train"])
+        self.training = {str(model.path) for model in models if self._kwargs_for(model)["train"]}
         lanes = self._capture_lanes(len(models))
         if lanes > 1:
             models = self._capture_side_by_side(models, lanes)  # those left: their process failed
@@ -668,7 +670,7 @@ class _Sweep:
             self.queued_keys.add(request.key)
             self.readiness.needs(model, request.key)
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
-                                   self.report.sweep_id))
+                                   self.report.sweep_id), priority=float(model in self.training))
         return 1
 
     def plan_misses(self) -> None:

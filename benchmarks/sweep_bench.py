@@ -63,6 +63,9 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
             "passes": pass_rows(pointwise)}
 
 
+PHASES_KEPT = 12  # each compile's longest phases kept in the results (the tables show four)
+
+
 def pass_rows(pointwise: dict[str, Any]) -> list[dict[str, Any]]:
     """Each end-to-end compile of the pass: its model, kind, start (seconds after the first
     compile began) and length: where the passes' time went."""
@@ -77,7 +80,7 @@ def pass_rows(pointwise: dict[str, Any]) -> list[dict[str, Any]]:
                      "began_s": round(began - first, 1) if began and first else None,
                      "time_in_graph": entry.get("time_in_graph"), "publishes": entry.get("publishes"),
                      "kernels_tuned": entry.get("kernels_tuned"), "node": entry.get("node"),
-                     "phases": dict(sorted(longest.items(), key=lambda kv: -kv[1])[:4])})
+                     "phases": dict(sorted(longest.items(), key=lambda kv: -kv[1])[:PHASES_KEPT])})
     rows += [{"model": Path(f.get("model") or "?").stem, "error": f.get("error")} for f in pointwise.get("failed") or []]
     return rows
 

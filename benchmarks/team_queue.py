@@ -187,7 +187,7 @@ def _pass_table(steps: dict[str, Any]) -> list[str]:
     for key in QUEUE_STEPS:
         rows = [[p.get("model"), fmt(p.get("began_s")), fmt(p.get("seconds")), p.get("kernels_tuned", "-"),
                  "timing" if p.get("time_in_graph") else "served",
-                 ", ".join(f"{name} {fmt(sec)}" for name, sec in (p.get("phases") or {}).items()), p.get("error") or ""]
+                 ", ".join(f"{name} {fmt(sec)}" for name, sec in list((p.get("phases") or {}).items())[:4]), p.get("error") or ""]
                 for p in (steps.get(key) or {}).get("passes") or []]
         if rows:
             lines += ["", f"{key}'s end-to-end compiles:", ""]

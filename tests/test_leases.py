@@ -93,6 +93,17 @@ def test_queue_skips_what_another_sweep_finished_and_waits_for_what_it_holds(sql
         queue.stop()
 
 
+def test_queue_hands_out_a_training_steps_requests_first_and_a_retry_before_all() -> None:
+    # Its end-to-end pass waits for them and is the sweep's longest chain; equals keep their order.
+    queue = SweepQueue()
+    infer, train, later, retried = job("infer"), job("train"), job("later"), job("retried")
+    assert queue.put(infer) and queue.put(train, priority=1.0) and queue.put(later)
+    assert queue.take() == train
+    queue.retry(retried)  # handed out, failed to reach a worker: it goes again first
+    assert [j.request.key for j in queue.left()] == [retried.request.key, infer.request.key, later.request.key]
+    assert [queue.take(), queue.take(), queue.take(), queue.take()] == [retried, infer, later, None]
+
+
 def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
     for models in range(1, 5):
         for gpus in range(1, 9):

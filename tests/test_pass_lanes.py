@@ -50,10 +50,6 @@ def test_two_passes_run_side_by_side(swept: str) -> None:
                                                              second["began_at"] + second["seconds"]), report.passes
 
 
-# Full suite: in CI its two pass processes compiling beside the hook tests were followed, twice, by a
-# warm job there whose C++ ISA check found no avx512_vnni (the sweep's had), so its environment
-# and every lookup missed; see the closing note of 2026-11-28.
-@pytest.mark.slow
 def test_a_lane_added_while_the_pass_runs_takes_a_pass_no_lane_has_begun(swept: str) -> None:
     # One planned lane: the MLP's pass is its first, the bmm's waits for a lane. A lane added as
     # the pass runs (as the other nodes' lanes are on a cluster) takes the bmm's at once.
