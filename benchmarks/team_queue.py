@@ -123,9 +123,24 @@ def _against_cold_and_two(run: dict[str, Any], steps: dict[str, Any]) -> None:
     four, cold = steps.get("queue4") or {}, steps.get("cold") or {}
     if four.get("status") == "ok" and cold.get("status") == "ok":
         run["vs_cold"] = four["wall_s"] / cold["wall_s"]
+        packed = longest_first_wall([m.get("wall_s") for m in cold.get("models") or []], cold.get("gpus") or 4)
+        if packed:  # the alternative at its best: a team that knew each compile's length beforehand
+            cold["packed_wall_s"] = packed
+            run["vs_cold_packed"] = four["wall_s"] / packed
     two = steps.get("queue2") or {}
     if two.get("status") == "ok" and four.get("status") == "ok":  # from 2 GPUs to 4, with or without queue1
         run["scaling_2_to_4"] = 2 * two["wall_s"] / (4 * four["wall_s"])
+
+
+def longest_first_wall(seconds: list[float | None], gpus: int) -> float | None:
+    """The cold alternative's wall time had its compiles been ordered longest first, each to
+    the GPU free first (from each compile's own time in the same run); None if one is missing."""
+    if not seconds or any(s is None for s in seconds):
+        return None
+    loads = [0.0] * max(1, gpus)
+    for length in sorted((float(s) for s in seconds if s is not None), reverse=True):
+        loads[loads.index(min(loads))] += length
+    return max(loads)
 
 
 def serial_fraction(one_s: float, many_s: float, n: int) -> float:
@@ -146,6 +161,9 @@ def goals(run: dict[str, Any]) -> list[str]:
     if run.get("vs_cold") is not None:
         met = "met" if run["vs_cold"] <= COLD_GOAL else "NOT met"
         out.append(f"- the 4-GPU sweep <= {COLD_GOAL}x the 4-GPU cold-compile alternative: {run['vs_cold']:.2f} ({met})")
+    if run.get("vs_cold_packed") is not None:
+        met = "met" if run["vs_cold_packed"] <= COLD_GOAL else "NOT met"
+        out.append(f"- the same against the alternative ordered longest first: {run['vs_cold_packed']:.2f} ({met})")
     return out
 
 
@@ -170,6 +188,9 @@ def render(run: dict[str, Any]) -> list[str]:
     if cold:
         lines.append(f"- cold max-autotune, each model once, {cold.get('gpus')} at a time: {fmt(cold.get('wall_s'))} s "
                      f"({cold.get('status')})")
+        if cold.get("packed_wall_s"):
+            lines.append(f"- the same compiles ordered longest first (from their own times): "
+                         f"{fmt(cold['packed_wall_s'])} s")
     if run.get("scaling_2_to_4") is not None:
         lines.append(f"- from 2 GPUs to 4: efficiency {run['scaling_2_to_4']:.2f} (2 T2 / 4 T4)")
     return lines + _pass_table(steps) + [""] + goals(run)

@@ -169,7 +169,8 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     assert all(entry.partition(":")[0] in zoo.ZOO for entry in team_queue.WORKLOAD)
     # 100 s on 1 GPU, 55 s on 2, 30 s on 4: Amdahl's serial fraction from the widest, projected.
     run = {"steps": {"queue1": {"status": "ok", "wall_s": 100.0}, "queue2": {"status": "ok", "wall_s": 55.0},
-                     "queue4": {"status": "ok", "wall_s": 30.0}, "cold": {"status": "ok", "wall_s": 120.0},
+                     "queue4": {"status": "ok", "wall_s": 30.0}, "cold": {"status": "ok", "wall_s": 120.0, "gpus": 2,
+                                                                          "models": [{"wall_s": w} for w in (50, 70, 40, 30)]},
                      "warm": {"status": "ok", "cache": "q4.db", "models": {"a:infer": {
                          "status": "ok", "first_call_s": 1.0, "bench": {"gemm_autotune": 0, "benchmarker_calls": 0}}}}},
            "workload": ["a:infer"]}
@@ -179,6 +180,7 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
     assert round(s, 4) == round((4 * 30 / 100 - 1) / 3, 4)
     assert round(run["projected"]["8"]["wall_s"], 3) == round(100 * (s + (1 - s) / 8), 3)
     assert run["vs_cold"] == 0.25
+    assert run["steps"]["cold"]["packed_wall_s"] == 100.0 and run["vs_cold_packed"] == 0.3  # 70+30 | 50+40
     lines = team_queue.render(run)
     assert "- efficiency at 4 GPUs >= 0.8: 0.83 (met)" in lines
     assert any(line.startswith("- the 4-GPU sweep <= 0.5x") and "(met)" in line for line in lines)
