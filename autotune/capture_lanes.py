@@ -1,18 +1,21 @@
-"""Capture several models at once, one fresh process per GPU, their requests streamed back.
+"""Capture several models at once, one process per GPU, their requests streamed back.
 
 Capture compiles each model once in dry-run mode: seconds to a minute of CPU work per model,
 which the sweep did one model after another in its own process, while the GPUs waited for
-the requests. With several GPUs, each takes a model at a time (``python -m
-autotune.capture_lanes``, pinned to it by CUDA_VISIBLE_DEVICES: capture times padding verdicts
-on its GPU), and every request goes to the sweep as it is found, as an in-process capture's
-does. A capture process that fails leaves its model to the sweep's own process (``failed``),
-which captures it as before: this never makes a sweep worse than capturing in turn.
+the requests. With several GPUs, each has a process (``python -m autotune.capture_lanes``,
+pinned to it by CUDA_VISIBLE_DEVICES: capture times padding verdicts on its GPU) that takes a
+model at a time, and every request goes to the sweep as it is found, as an in-process
+capture's does. The processes start with the sweep (``prestart``), so their imports overlap
+the sweep's own, and each captures its lane's models in turn, paying its start-up once. A
+capture process that fails leaves its model to the sweep's own process (``failed``), which
+captures it as before: this never makes a sweep worse than capturing in turn.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import subprocess
 import sys
@@ -54,16 +57,25 @@ class Found:
     bad_input: str | None = None  # the model file cannot be built: its one-line error
 
 
-def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Generator[Found, None, None]:
+def capture_side_by_side(specs: list[CaptureSpec], lanes: int,
+                         started: list[LaneProcess] | None = None) -> Generator[Found, None, None]:
     """Capture every spec, ``lanes`` processes at a time, each spec on its own lane's GPU;
-    yield each request as found and each capture's end, in the order they come. Closing the
+    yield each request as found and each capture's end, in the order they come. ``started``:
+    processes ``prestart`` began, one per lane, which the lanes use first. Closing the
     generator early (the sweep stopped) ends the processes still running and starts no more."""
     from .pointwise import lane_gpus
 
     inbox: queue.Queue[Found] = queue.Queue()
     work = _Work(list(specs))
+    ready = list(started or [])
     for gpu in lane_gpus(lanes):
-        threading.Thread(target=work.lane, args=(gpu, inbox.put), name="autotune-capture-lane", daemon=True).start()
+        own = next((p for p in ready if p.gpu == gpu), None)
+        if own is not None:
+            ready.remove(own)
+        threading.Thread(target=work.lane, args=(gpu, inbox.put, own), name="autotune-capture-lane",
+                         daemon=True).start()
+    for unused in ready:
+        unused.kill()
     ended = 0
     try:
         while ended < len(specs):
@@ -72,6 +84,69 @@ def capture_side_by_side(specs: list[CaptureSpec], lanes: int) -> Generator[Foun
             yield found
     finally:
         work.stop()
+
+
+def prestart(lanes: int, cuda: bool) -> list[LaneProcess]:
+    """A capture process per lane, started before the sweep has its specs: each imports torch
+    and Inductor (and starts CUDA) while the sweep loads its model files and starts Ray, which
+    a capture process begun only then made the first requests wait for."""
+    from .pointwise import lane_gpus
+
+    return [LaneProcess(gpu, cuda) for gpu in lane_gpus(lanes)]
+
+
+class LaneProcess:
+    """One lane's capture process: it captures each spec it is sent, one after another, and
+    ends when its input closes. One that dies (a crash) leaves its lane to a fresh one."""
+
+    def __init__(self, gpu: str | None, cuda: bool) -> None:
+        from autotune.workers.child import clean_environment
+
+        env = clean_environment()
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        self.gpu = gpu
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", *(["--cuda"] if cuda else [])],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+
+    def capture(self, spec: CaptureSpec, send: Callable[[Found], None]) -> tuple[dict[str, Any] | None, str | None]:
+        """Capture ``spec``: its requests go to ``send`` as found; then its result and the model
+        file's own error, if any. A result of None without an error: the process died."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(spec.__dict__) + "\n")
+            self.proc.stdin.flush()
+        except OSError:  # it died before this spec
+            return None, None
+        while line := self.proc.stdout.readline():
+            if line.startswith(_REQUEST):
+                data = json.loads(line[len(_REQUEST):])
+                send(Found(spec.model_path, TuningRequest.from_json(data["request"]),
+                           Environment.from_json(data["env"]) if data["env"] else None))
+            elif line.startswith(_DONE):
+                return json.loads(line[len(_DONE):]), None
+            elif line.startswith(_BAD_INPUT):
+                return None, json.loads(line[len(_BAD_INPUT):])
+        return None, None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Never used (the sweep stopped first, or had fewer lanes): nothing of it is wanted."""
+        if self.alive:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        """No more specs: it ends by itself; killed if it has not within a few seconds."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
 
 
 class _Work:
@@ -83,13 +158,33 @@ class _Work:
         self.stopped = False
         self._lock = threading.Lock()
 
-    def lane(self, gpu: str | None, send: Callable[[Found], None]) -> None:
+    def lane(self, gpu: str | None, send: Callable[[Found], None], process: LaneProcess | None) -> None:
+        """The lane's specs, one after another, in its process (started now if it has none, or if
+        its last died); its end sent for each whatever happens."""
+        if process is not None:
+            self.started(process.proc)
         while True:
             with self._lock:
                 if self.stopped or not self.waiting:
-                    return
+                    break
                 spec = self.waiting.pop(0)
-            _run_one(CaptureSpec(spec.model_path, spec.entry, spec.kwargs, spec.pad_decisions, gpu), send, self)
+            spec = CaptureSpec(spec.model_path, spec.entry, spec.kwargs, spec.pad_decisions, gpu)
+            result, bad_input = None, None
+            try:
+                if process is None or not process.alive:
+                    process = LaneProcess(gpu, spec.kwargs.get("device") == "cuda")
+                    self.started(process.proc)
+                result, bad_input = process.capture(spec, send)
+            except Exception as exc:  # noqa: BLE001 - the sweep captures the model itself instead
+                if not self.stopped:
+                    log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's",
+                                spec.model_path, exc)
+            if result is None and bad_input is None and not self.stopped:
+                log.warning("capturing %s in its own process failed (exit %s); capturing it in the sweep's",
+                            spec.model_path, process.proc.poll() if process is not None else None)
+            send(Found(spec.model_path, result=result, done=True, bad_input=bad_input))
+        if process is not None:
+            process.close()
 
     def started(self, proc: subprocess.Popen[str]) -> None:
         with self._lock:
@@ -103,40 +198,6 @@ class _Work:
             for proc in self.running:
                 if proc.poll() is None:
                     proc.kill()
-
-
-def _run_one(spec: CaptureSpec, send: Callable[[Found], None], work: _Work) -> None:
-    """One capture process, its lines turned into ``Found``; its end sent whatever happens."""
-    from autotune.workers.child import clean_environment
-
-    env = clean_environment()
-    if spec.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = spec.gpu
-    result: dict[str, Any] | None = None
-    bad_input: str | None = None
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", json.dumps(spec.__dict__)],
-                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
-        work.started(proc)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(_REQUEST):
-                data = json.loads(line[len(_REQUEST):])
-                send(Found(spec.model_path, TuningRequest.from_json(data["request"]),
-                           Environment.from_json(data["env"]) if data["env"] else None))
-            elif line.startswith(_DONE):
-                result = json.loads(line[len(_DONE):])
-            elif line.startswith(_BAD_INPUT):
-                bad_input = json.loads(line[len(_BAD_INPUT):])
-        if proc.wait() != 0 and bad_input is None and not work.stopped:
-            log.warning("capturing %s in its own process failed (exit %s); capturing it in the sweep's",
-                        spec.model_path, proc.returncode)
-            result = None
-    except Exception as exc:  # noqa: BLE001 - the sweep captures the model itself instead
-        if not work.stopped:
-            log.warning("capturing %s in its own process failed (%s); capturing it in the sweep's", spec.model_path, exc)
-        result = None
-    send(Found(spec.model_path, result=result, done=True, bad_input=bad_input))
 
 
 def _serve(spec: CaptureSpec) -> int:
@@ -163,13 +224,25 @@ def _serve(spec: CaptureSpec) -> int:
         "pad_decisions": result.pad_decisions,
         "began_at": began_at,
         "ended_at": time.time(),
+        "pid": os.getpid(),  # which lane process captured it (one captures its lane's models in turn)
     }), flush=True)
     return 0
 
 
 def main(argv: list[str]) -> int:
+    """A lane's process: the imports first, then each spec read from stdin, one per line,
+    captured in turn; a spec whose capture raises ends the process (its lane starts another)."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    return _serve(CaptureSpec(**json.loads(argv[0])))
+    import torch
+
+    import autotune.inductor_glue.capture  # noqa: F401 - imported now, before the first spec comes
+
+    if "--cuda" in argv and torch.cuda.is_available():
+        torch.cuda.init()
+    for line in sys.stdin:
+        if line.strip():
+            _serve(CaptureSpec(**json.loads(line)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: b
     from autotune.workers.pool import PoolStarter, TuningPool
     from autotune.workers.spares import Spares
 
+    from .capture_lanes import LaneProcess
     from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
     from .queue import SweepQueue
     from .resumed_pass import ResumedPass
@@ -455,11 +456,21 @@ class _Sweep:
         self.queued_keys: set[str] = set()  # request keys this sweep queued
         self.training: set[str] = set()  # model files that are training steps: their requests go out first
         self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
+        self.capture_processes: list[LaneProcess] = []  # capture's, started with the sweep (prestart_captures)
 
     def mark(self, milestone: str) -> None:
         self.report.mark(milestone, time.perf_counter() - self.started)
 
     # ------------------------------------------------------------------ capture
+
+    def prestart_captures(self) -> None:
+        """Capture's processes, when models are to be captured side by side, started now: their
+        imports overlap this process's (the model files, Ray's start) instead of following them."""
+        lanes = self._capture_lanes(len(self.options.model_paths))
+        if lanes > 1:
+            from .capture_lanes import prestart
+
+            self.capture_processes = prestart(lanes, cuda=self.device == "cuda")
 
     def load(self) -> list[ModelFile]:
         """Every model file, before any Ray start: bad input fails here (exit 2). Models captured in
@@ -561,7 +572,8 @@ class _Sweep:
             kwargs.pop("distributed", None)  # JSON for the process; capture side by side is never --ddp/--fsdp
             specs.append(CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()))
         failed: list[ModelFile] = []
-        with contextlib.closing(capture_side_by_side(specs, lanes)) as captures:  # closed: no process outlives it
+        started, self.capture_processes = self.capture_processes, []
+        with contextlib.closing(capture_side_by_side(specs, lanes, started)) as captures:  # no process outlives it
             for found in captures:
                 model, entry = by_path[found.model_path], entries[found.model_path]
                 if found.request is not None:
@@ -737,6 +749,8 @@ class _Sweep:
 
     def close(self) -> None:
         self.readiness.release()  # no pass waits on a sweep that ended
+        for process in self.capture_processes:  # started, never used (the sweep stopped before capture)
+            process.kill()
         if self.queue is not None:
             self.queue.close()
             self.queue.stop()
@@ -764,6 +778,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             _undo_early_start(None, spares)
         raise
     try:
+        sweep.prestart_captures()
         models = sweep.load()
         sweep.mark("models_loaded")
         if not options.dry_run:

@@ -8,7 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from autotune.capture_lanes import CaptureSpec, Found, capture_side_by_side
+import pytest
+
+from autotune.capture_lanes import CaptureSpec, Found, capture_side_by_side, prestart
 from autotune.inductor_glue.capture import capture_model
 from autotune.inductor_glue.modelfile import load_model_file
 
@@ -72,4 +74,30 @@ def test_a_stopped_capture_ends_its_processes_and_starts_no_more() -> None:
     assert first.model_path == MLP and _capture_children()
     captures.close()  # the sweep stopped (bad input elsewhere, an interrupt)
     time.sleep(1.0)
+    assert _capture_children() == []
+
+
+def test_a_lane_started_early_captures_its_models_in_turn_and_one_that_died_is_replaced() -> None:
+    # The lane's process, started before the specs were known, captures both of its models; a
+    # spec whose capture crashes its process leaves the next to a fresh process.
+    started = prestart(1, cuda=False)
+    found = [f for f in capture_side_by_side([CaptureSpec(MLP, "example", KWARGS), CaptureSpec(BMM, "example", KWARGS)],
+                                             lanes=1, started=started) if f.done]
+    assert [f.result["pid"] for f in found if f.result] == [started[0].proc.pid] * 2, found
+    found = [f for f in capture_side_by_side([CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1}),
+                                              CaptureSpec(BMM, "example", KWARGS)], lanes=1) if f.done]
+    assert [(f.model_path, f.result is not None) for f in found] == [(MLP, False), (BMM, True)]
+    time.sleep(1.0)
+    assert _capture_children() == []
+
+
+def test_a_sweep_stopped_by_a_bad_model_file_ends_the_capture_processes_it_started(sqlite_url: str) -> None:
+    from autotune.inductor_glue.modelfile import ModelFileError
+    from autotune.settings import Settings
+    from autotune.sweep import SweepOptions, run_sweep
+
+    broken = str(MODELS / "broken_import.py")
+    with pytest.raises(ModelFileError):
+        run_sweep(SweepOptions(MLP, more_models=(broken,), dry_run=True),
+                  Settings.from_env(cache=sqlite_url, device="cpu", capture_processes=2))
     assert _capture_children() == []
