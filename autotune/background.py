@@ -42,6 +42,7 @@ class PendingWarmStart:
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         try:
             self._handle = install()
+            self._prewarm()
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
@@ -49,6 +50,15 @@ class PendingWarmStart:
             self._held.release()
             self._done.set()
             release()
+
+    @staticmethod
+    def _prewarm() -> None:
+        """Inductor's pattern passes, registered while the script builds its model rather than in
+        its first compile (which waits for this install, so never runs beside it); on a thread
+        that outlives the process where it must (``prewarm_compile_passes`` says why)."""
+        from autotune.inductor_glue.env import default_device, prewarm_compile_passes
+
+        prewarm_compile_passes(default_device())
 
     def _wait(self) -> None:
         self._done.wait()

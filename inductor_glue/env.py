@@ -234,6 +234,82 @@ def prewarm_triton_backend() -> threading.Thread | None:
     return thread
 
 
+def prewarm_compile_passes(device: str) -> int:
+    """Register Inductor's pattern passes now, as the first compile on ``device`` would: the
+    background install does it while the script builds its model, so the first compile finds
+    them done (a small model's first call spent a large share of its time there). Never
+    raises; how many it registered.
+
+    They are registered on a thread of this function's own, which never exits where it must
+    not: tracing the patterns enters ``FakeTensorMode``, and its first entry in a process with a
+    CUDA build and no usable GPU (PyPI's torch wheel on a CPU machine, ``CUDA_VISIBLE_DEVICES=``)
+    makes c10 swap CUDA's device guard for a fake one kept in the entering thread's
+    ``thread_local`` storage, its address stored in the process-wide guard registry
+    (``c10::impl::ensureCUDADeviceGuardSet``; torch 2.11 and 2.13 alike, the CPU wheel has no
+    CUDA guard to swap). Once that thread exits, the registry points at freed memory and the
+    next ``FakeTensorMode`` entry, the script's first compile, dies of a segmentation fault. So
+    the thread that traced outlives the process there (parked, at most one per device); the
+    install thread waits for it and exits as before."""
+    done = threading.Event()
+    warmed: list[int] = []
+    threading.Thread(target=_register_passes, args=(device, warmed, done), name="autotune-inductor-passes",
+                     daemon=True).start()
+    done.wait()
+    return warmed[0] if warmed else 0
+
+
+# Never set: the passes' thread waits on it for good where the fake CUDA guard is its own.
+_OUTLIVE_THE_PROCESS = threading.Event()
+
+
+def _register_passes(device: str, warmed: list[int], done: threading.Event) -> None:
+    traced = False
+    try:
+        import torch
+
+        from .seams import LAZY_PASSES
+
+        count = 0
+        for seam in LAZY_PASSES:
+            try:
+                lazy_init = seam.resolve()
+                misses = _cache_misses(lazy_init)
+                if seam.module.endswith("joint_graph"):  # its patterns are per device, as the compile's inputs
+                    on = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device(device)
+                    args: tuple[Any, ...] = (on,)
+                else:
+                    args = ()
+                try:
+                    lazy_init(*args)
+                finally:  # a trace that raised may have entered FakeTensorMode all the same
+                    traced = traced or misses is None or _cache_misses(lazy_init) != misses
+                count += 1
+            except Exception:  # noqa: BLE001 - the first compile registers them itself
+                log.debug("prewarming %s failed", seam.path, exc_info=True)
+        warmed.append(count)
+    finally:
+        done.set()
+    if traced and _fake_cuda_guard_is_thread_local():
+        _OUTLIVE_THE_PROCESS.wait()
+
+
+def _cache_misses(lazy_init: Any) -> int | None:
+    """How often ``lazy_init`` (a ``functools.cache``) ran its body; None where it is not one."""
+    info = getattr(lazy_init, "cache_info", None)
+    return info().misses if info is not None else None
+
+
+def _fake_cuda_guard_is_thread_local() -> bool:
+    """Whether FakeTensorMode swaps in a fake CUDA guard owned by the entering thread: a CUDA
+    build without a usable GPU (True where it cannot tell)."""
+    try:
+        import torch
+
+        return bool(torch.backends.cuda.is_built()) and not torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return True
+
+
 def default_device() -> str:
     import torch
 

@@ -176,6 +176,13 @@ COMPILE_GRAPH = _declare("torch._inductor.compile_fx", "_compile_fx_inner", PATC
                          "a graph whose compile with served kernels fails is compiled again with ATen for "
                          "its GEMMs (autotune/compile_retry.py; without it the failure is the job's)",
                          required=False)
+# Inductor's pattern passes, registered once per process at its first compile; the background
+# install registers them while the script builds its model (inductor_glue/env.py). joint_graph's
+# are registered per device: its lazy_init takes the device of the compile's inputs.
+LAZY_PASSES = tuple(_declare(f"torch._inductor.fx_passes.{module}", "lazy_init", READ, (),
+                             "registered by the background install before the first compile "
+                             "(which registers them itself without it)", required=False)
+                    for module in ("pre_grad", "joint_graph", "post_grad"))
 _declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
          "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
 _declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),

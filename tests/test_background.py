@@ -167,3 +167,38 @@ def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_se
     assert (kind, selector) == ("PendingWarmStart", "Selector")  # the hook's selector, not Inductor's own
     assert int(lookups) >= 1 and int(savers) >= 1  # the hook saw the GEMMs; the script's saver is kept
 
+
+PREWARMED_JOB = """
+import sys, threading, torch, autotune
+from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
+handle = autotune.warm_start(sys.argv[1], on_miss="aten")
+for _ in range(20):  # the script's own torch work beside the thread's registration
+    torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU())(torch.randn(4, 16)).sum().backward()
+handle.resolved()
+print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
+parked = any(t.name == "autotune-inductor-passes" for t in threading.enumerate())
+print(parked == (torch.backends.cuda.is_built() and not torch.cuda.is_available()))
+out = torch.compile(torch.nn.Linear(16, 8), mode="max-autotune")(torch.randn(4, 16))
+print(joint_graph.lazy_init.cache_info().currsize, tuple(out.shape))
+"""
+
+
+@pytest.mark.torch_subset
+def test_the_install_on_the_thread_registers_inductors_pattern_passes_before_the_first_compile(
+        tmp_path: Path) -> None:
+    # A fresh process, where no compile has registered them: the thread does, for this device,
+    # and the first compile finds them registered (no second registration). With a CUDA build
+    # and no GPU (the torch 2.11 subset's PyPI wheel) the registering thread stays parked: its
+    # exit left c10's CUDA guard registry dangling and the first compile crashed (SIGSEGV).
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", PREWARMED_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warmed, parked_where_it_must, compiled = done.stdout.splitlines()[-3:]
+    assert warmed == "1 1 1"
+    assert parked_where_it_must == "True"
+    assert compiled == "1 (4, 8)"
