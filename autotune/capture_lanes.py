@@ -106,6 +106,7 @@ class LaneProcess:
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
         self.gpu = gpu
+        self._ended = False  # its output ended: it died, though the OS may not have reaped it yet
         self.proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", *(["--cuda"] if cuda else [])],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
@@ -117,6 +118,7 @@ class LaneProcess:
             self.proc.stdin.write(json.dumps(spec.__dict__) + "\n")
             self.proc.stdin.flush()
         except OSError:  # it died before this spec
+            self._ended = True
             return None, None
         while line := self.proc.stdout.readline():
             if line.startswith(_REQUEST):
@@ -127,11 +129,12 @@ class LaneProcess:
                 return json.loads(line[len(_DONE):]), None
             elif line.startswith(_BAD_INPUT):
                 return None, json.loads(line[len(_BAD_INPUT):])
+        self._ended = True
         return None, None
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self._ended and self.proc.poll() is None
 
     def kill(self) -> None:
         """Never used (the sweep stopped first, or had fewer lanes): nothing of it is wanted."""
