@@ -50,6 +50,7 @@ def test_two_passes_run_side_by_side(swept: str) -> None:
                                                              second["began_at"] + second["seconds"]), report.passes
 
 
+@pytest.mark.slow  # CI's 15 minutes; tests/test_cluster.py covers the lanes added on a cluster's nodes (full suite too)
 def test_a_lane_added_while_the_pass_runs_takes_a_pass_no_lane_has_begun(swept: str) -> None:
     # One planned lane: the MLP's pass is its first, the bmm's waits for a lane. A lane added as
     # the pass runs (as the other nodes' lanes are on a cluster) takes the bmm's at once.
