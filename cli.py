@@ -789,7 +789,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         fail(str(error))
     if as_json:
         click.echo(json.dumps({**report.to_json(), "log": str(log_file)}, indent=2))
-        _stdout_closed_after_report()
+        _stdout_to_stderr_after_report()
     else:
         from autotune.sweep_view import print_summary
 
@@ -803,7 +803,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
     raise SystemExit(EXIT_FAILED if report.failed else 0)
 
 
-def _stdout_closed_after_report() -> None:
+def _stdout_to_stderr_after_report() -> None:
     """With --json, stdout holds the report alone: what prints after it (an exit handler of a
     model file or a library, a Ray thread telling of a lost node) goes to stderr instead. A
     script reads stdout whole as one JSON document, and text after it broke that."""
