@@ -53,6 +53,8 @@ PROFILE_ENV = "PREFETCH_PROFILE_DIR"  # set: each child writes its first call's 
 FIRST_CALL_GOAL = 0.5  # with model building: the prefetch's first call <= 0.5x the floor's
 WHOLE_GOAL = 0.8  # and its whole process <= 0.8x the floor's
 DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode's
+PHASES_KEPT = 12  # each first call's longest compile phases kept in the results
+PHASES_SHOWN = ("floor +5s", "warm-start +5s", "prefetch +5s")  # whose phases the Markdown lists
 
 
 # --------------------------------------------------------------------------- the child
@@ -106,8 +108,18 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         _write_profile(profiler, Path(os.environ[PROFILE_ENV]) / f"{Path(args.model).stem}-{args.scenario}-"
                        f"{args.build_seconds:g}.txt")
     result["whole_process_s"] = time.time() - spawned
+    result["first_call_phases"] = _longest_phases()
     result.update(device="cuda" if cuda else "cpu", mode=mode, train=prepared.train_step is not None)
     _after(args, result, handle)
+
+
+def _longest_phases() -> dict[str, float]:
+    """The first call's longest phases as torch times them (nothing compiles before it): where a
+    warm first call goes, at no cost to its timing, unlike a profile."""
+    from autotune.pointwise import compile_phase_totals
+
+    totals = compile_phase_totals()
+    return {name: round(seconds, 3) for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:PHASES_KEPT]}
 
 
 def _write_profile(profiler: cProfile.Profile, path: Path) -> None:
@@ -268,6 +280,11 @@ def render(run: dict[str, Any]) -> list[str]:
                                 "whole vs floor", "first call vs default", "benchmarks",
                                 "prefetched rows/artifacts", "compile waited"], rows)
         lines.append("")
+        for key in PHASES_SHOWN:
+            phases = (scenarios.get(key) or {}).get("first_call_phases")
+            if phases:
+                shown = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in list(phases.items())[:4])
+                lines.append(f"- {key}, the first call's longest phases (nested): {shown}")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
