@@ -31,8 +31,9 @@ class PendingWarmStart:
 
     def __init__(self, install: Callable[[], WarmStart]) -> None:
         self._done = threading.Event()
+        self._compile_waiting = threading.Event()  # a compile came before the install ended
         self._handle: WarmStart | None = None
-        release = compile_gate.hold(self._wait)
+        release = compile_gate.hold(self._wait_to_compile)
         thread = threading.Thread(target=self._install, args=(install, release), name="autotune-install", daemon=True)
         # Inductor's selector waits for the install too, from the moment Inductor is imported:
         # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
@@ -42,7 +43,7 @@ class PendingWarmStart:
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         try:
             self._handle = install()
-            self._prewarm()
+            self._prewarm(stop=self._compile_waiting.is_set)
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
@@ -52,13 +53,21 @@ class PendingWarmStart:
             release()
 
     @staticmethod
-    def _prewarm() -> None:
+    def _prewarm(stop: Callable[[], bool]) -> None:
         """Inductor's pattern passes, registered while the script builds its model rather than in
         its first compile (which waits for this install, so never runs beside it); on a thread
-        that outlives the process where it must (``prewarm_compile_passes`` says why)."""
+        that outlives the process where it must (``prewarm_compile_passes`` says why). Once a
+        compile waits, the rest are left to it: nothing is left to overlap, and a compile whose
+        graphs the cache serves registers only the passes it runs."""
         from autotune.inductor_glue.env import default_device, prewarm_compile_passes
 
-        prewarm_compile_passes(default_device())
+        prewarm_compile_passes(default_device(), stop=stop)
+
+    def _wait_to_compile(self) -> None:
+        """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""
+        if not self._done.is_set():
+            self._compile_waiting.set()
+        self._done.wait()
 
     def _wait(self) -> None:
         self._done.wait()

@@ -283,7 +283,7 @@ def render(run: dict[str, Any]) -> list[str]:
         for key in PHASES_SHOWN:
             phases = (scenarios.get(key) or {}).get("first_call_phases")
             if phases:
-                shown = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in list(phases.items())[:4])
+                shown = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in list(phases.items())[:6])
                 lines.append(f"- {key}, the first call's longest phases (nested): {shown}")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]

@@ -12,6 +12,7 @@ import functools
 import logging
 import platform
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from autotune.cache.records import Environment, digest
@@ -234,11 +235,12 @@ def prewarm_triton_backend() -> threading.Thread | None:
     return thread
 
 
-def prewarm_compile_passes(device: str) -> int:
+def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False) -> int:
     """Register Inductor's pattern passes now, as the first compile on ``device`` would: the
     background install does it while the script builds its model, so the first compile finds
-    them done (a small model's first call spent a large share of its time there). Never
-    raises; how many it registered.
+    them done (a small model's first call spent a large share of its time there). Before each
+    pass, ``stop()`` true leaves it and the rest to the compile. Never raises; how many it
+    registered.
 
     They are registered on a thread of this function's own, which never exits where it must
     not: tracing the patterns enters ``FakeTensorMode``, and its first entry in a process with a
@@ -252,7 +254,7 @@ def prewarm_compile_passes(device: str) -> int:
     install thread waits for it and exits as before."""
     done = threading.Event()
     warmed: list[int] = []
-    threading.Thread(target=_register_passes, args=(device, warmed, done), name="autotune-inductor-passes",
+    threading.Thread(target=_register_passes, args=(device, warmed, done, stop), name="autotune-inductor-passes",
                      daemon=True).start()
     done.wait()
     return warmed[0] if warmed else 0
@@ -262,7 +264,7 @@ def prewarm_compile_passes(device: str) -> int:
 _OUTLIVE_THE_PROCESS = threading.Event()
 
 
-def _register_passes(device: str, warmed: list[int], done: threading.Event) -> None:
+def _register_passes(device: str, warmed: list[int], done: threading.Event, stop: Callable[[], bool]) -> None:
     traced = False
     try:
         import torch
@@ -271,6 +273,8 @@ def _register_passes(device: str, warmed: list[int], done: threading.Event) -> N
 
         count = 0
         for seam in LAZY_PASSES:
+            if stop():
+                break
             try:
                 lazy_init = seam.resolve()
                 misses = _cache_misses(lazy_init)

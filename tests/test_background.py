@@ -202,3 +202,42 @@ def test_the_install_on_the_thread_registers_inductors_pattern_passes_before_the
     assert warmed == "1 1 1"
     assert parked_where_it_must == "True"
     assert compiled == "1 (4, 8)"
+
+
+RACED_JOB = """
+import sys, threading, torch, autotune
+from autotune import hook
+from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
+go, install = threading.Event(), hook._install
+def held_install(settings):
+    go.wait(60)  # still installing when the script compiles: it had no model to build
+    return install(settings)
+hook._install = held_install
+handle = autotune.warm_start(sys.argv[1], on_miss="aten")
+threading.Timer(0.5, go.set).start()
+model = torch.nn.Linear(16, 8)
+compiled = torch.compile(model, mode="max-autotune")  # waits for the install
+print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
+with torch.no_grad():
+    out = compiled(x := torch.randn(4, 16))
+print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
+print(torch.allclose(out, model(x)), handle.stats.errors)
+"""
+
+
+def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_itself(tmp_path: Path) -> None:
+    # With no model building to hide it behind, registering every pass first would only add to
+    # the first call (a compile whose graphs the cache serves runs fewer of them): the install
+    # leaves them to the compile, which registers what it runs, as without the background install.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", RACED_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    registered_before, registered_after, result = done.stdout.splitlines()[-3:]
+    assert registered_before == "0 0 0"
+    assert registered_after == "1 1 1"  # by the compile, as it ran them
+    assert result == "True 0"  # the right output, no error
