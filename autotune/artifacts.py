@@ -182,22 +182,21 @@ class _Switches:
     """Inductor's remote-cache switches and backend overrides, set while a tier is active."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[seams.Seam, Any]] = []
+        self._undo: list[Callable[[], None]] = []
 
     def on(self) -> None:
+        # For every thread: the background install sets them on a thread of its own.
         for seam, value in (
             (seams.FX_REMOTE_SWITCH, True),
             (seams.AOT_REMOTE_SWITCH, True),
             (seams.FX_BACKEND_OVERRIDE, _backend_for(ARTIFACT_FX_GRAPH)),
             (seams.AOT_BACKEND_OVERRIDE, _backend_for(ARTIFACT_AOT_AUTOGRAD)),
         ):
-            self._saved.append((seam, seam.get()))
-            seam.set(value)
+            self._undo.append(seam.set_for_every_thread(value))
 
     def off(self) -> None:
-        while self._saved:
-            seam, value = self._saved.pop()
-            seam.set(value)
+        while self._undo:
+            self._undo.pop()()
 
 
 # --------------------------------------------------------------------- C++ kernels

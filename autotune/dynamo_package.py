@@ -44,15 +44,14 @@ class PackageSeam:
         self.keys: dict[str, str] = {}  # torch's source id -> our key, filled at load time
         self.published: set[str] = set()
         self.refused = 0
-        self._previous = seams.CACHING_PRECOMPILE.get()
-        seams.CACHING_PRECOMPILE.set(True)
+        self._undo_precompile = seams.CACHING_PRECOMPILE.set_for_every_thread(True)  # the install's thread may be its own
         for patch in _PATCHES:
             patch.push(self)
 
     def remove(self) -> None:
         for patch in reversed(_PATCHES):
             patch.pop()
-        seams.CACHING_PRECOMPILE.set(self._previous)
+        self._undo_precompile()
 
     # --- load side -----------------------------------------------------------------
     def before_load(self, fn: Any) -> None:

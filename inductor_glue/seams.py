@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,28 @@ class Seam:
     def set(self, value: Any) -> None:
         setattr(self.owner(), self.name, value)
 
+    def set_for_every_thread(self, value: Any) -> Callable[[], None]:
+        """Assign ``value`` here and, for an option of a torch config module, as its default
+        too; returns the undo. torch 2.13 keeps an assigned config option per thread (a
+        ContextVar): set on the background install's thread alone, the artifact tier's switches
+        never reached the script's compiles. The default is read by every thread that assigned
+        none of its own. The undo restores the default, and this thread's own value where it
+        runs on the thread that set it."""
+        entry = _config_entry(self.owner(), self.name)
+        before, default = self.get(), getattr(entry, "default", None)
+        setter = threading.get_ident()
+        if entry is not None:
+            entry.default = value
+        self.set(value)
+
+        def undo() -> None:
+            if entry is not None:
+                entry.default = default
+            if threading.get_ident() == setter:
+                self.set(before)
+
+        return undo
+
     def _missing(self, detail: object) -> str:
         import torch
 
@@ -132,6 +155,13 @@ class Seam:
 
 
 SEAMS: list[Seam] = []
+
+
+def _config_entry(owner: Any, name: str) -> Any:
+    """The entry of option ``name`` when ``owner`` is a torch config module (CONFIG_ENTRY), else None."""
+    entries = vars(owner).get("_config") if hasattr(owner, "__dict__") else None
+    entry = entries.get(name) if isinstance(entries, dict) else None
+    return entry if entry is not None and hasattr(entry, "default") else None
 
 
 def _declare(module: str, attr: str, kind: str, features: tuple[Feature, ...], why: str,
@@ -258,6 +288,9 @@ _declare("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path", READ,
 
 # --- Dynamo's package (autotune/dynamo_package.py)
 _PKG = "torch._dynamo.package"
+CONFIG_ENTRY = _declare("torch.utils._config_module", "_ConfigEntry", READ, (ARTIFACTS, DYNAMO_PACKAGE),
+                       "a config option's entry (a module's _config), whose default the background install "
+                       "sets: torch 2.13 keeps assigned options per thread", required=False)
 CACHING_PRECOMPILE = _declare("torch._dynamo.config", "caching_precompile", ASSIGN, (DYNAMO_PACKAGE,),
                               "torch.compile asks for a package before it traces")
 PACKAGE_LOAD = _declare(_PKG, "DiskDynamoCache.load", PATCH, (DYNAMO_PACKAGE,),

@@ -241,3 +241,37 @@ def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_its
     assert registered_before == "0 0 0"
     assert registered_after == "1 1 1"  # by the compile, as it ran them
     assert result == "True 0"  # the right output, no error
+
+
+SWITCHED_JOB = """
+import sys, torch, autotune
+import torch._inductor.config, torch._functorch.config
+def switches():
+    return (torch._inductor.config.fx_graph_remote_cache, torch._functorch.config.enable_remote_autograd_cache,
+            torch._dynamo.config.caching_precompile)
+print(*switches())
+handle = autotune.warm_start(sys.argv[1], trusted_keys=[sys.argv[2]])
+handle.resolved()
+print(*switches())
+handle.uninstall()
+print(*switches())
+"""
+
+
+def test_the_artifact_tiers_switches_set_on_the_install_thread_reach_the_scripts_thread(
+        tmp_path: Path, signing_keys: dict[str, Path]) -> None:
+    # torch 2.13 keeps an assigned config option per thread: set on the install's thread alone,
+    # the FX graph, AOTAutograd and Dynamo package tiers were off in the script's compiles (a
+    # training step lowered its graphs again with every artifact stored). After the uninstall
+    # they are as they were.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", SWITCHED_JOB, f"sqlite:///{tmp_path / 'cache.db'}",
+                           str(signing_keys["writer.pub"])], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, installed, uninstalled = done.stdout.splitlines()[-3:]
+    assert installed == "True True True"
+    assert uninstalled == before
