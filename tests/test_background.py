@@ -6,6 +6,9 @@ default: the hook installs before warm_start() returns."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +17,15 @@ import torch
 
 import autotune
 from autotune import background, compile_gate
+
+
+def _background_job(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh Python with the install on a thread, its cache in ``tmp_path``; it must exit 0."""
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / 'cache.db'}", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 @pytest.mark.torch_subset  # the race was seen on torch 2.11
@@ -155,14 +167,7 @@ print(type(handle).__name__, type(selector).__name__, stats.hits + stats.misses,
 def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_served(tmp_path: Path) -> None:
     # A fresh process: select_algorithm is not imported yet, so the hold is placed by the
     # meta-path finder at the end of its import, whichever thread imports it first.
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", RACING_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _background_job(RACING_JOB, tmp_path)
     kind, selector, lookups, savers = done.stdout.split()
     assert (kind, selector) == ("PendingWarmStart", "Selector")  # the hook's selector, not Inductor's own
     assert int(lookups) >= 1 and int(savers) >= 1  # the hook saw the GEMMs; the script's saver is kept
@@ -190,14 +195,7 @@ def test_the_install_on_the_thread_registers_inductors_pattern_passes_before_the
     # and the first compile finds them registered (no second registration). With a CUDA build
     # and no GPU (the torch 2.11 subset's PyPI wheel) the registering thread stays parked: its
     # exit left c10's CUDA guard registry dangling and the first compile crashed (SIGSEGV).
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", PREWARMED_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _background_job(PREWARMED_JOB, tmp_path)
     warmed, parked_where_it_must, compiled = done.stdout.splitlines()[-3:]
     assert warmed == "1 1 1"
     assert parked_where_it_must == "True"
@@ -229,14 +227,7 @@ def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_its
     # With no model building to hide it behind, registering every pass first would only add to
     # the first call (a compile whose graphs the cache serves runs fewer of them): the install
     # leaves them to the compile, which registers what it runs, as without the background install.
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", RACED_JOB, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _background_job(RACED_JOB, tmp_path)
     registered_before, registered_after, result = done.stdout.splitlines()[-3:]
     assert registered_before == "0 0 0"
     assert registered_after == "1 1 1"  # by the compile, as it ran them
@@ -264,14 +255,7 @@ def test_the_artifact_tiers_switches_set_on_the_install_thread_reach_the_scripts
     # the FX graph, AOTAutograd and Dynamo package tiers were off in the script's compiles (a
     # training step lowered its graphs again with every artifact stored). After the uninstall
     # they are as they were.
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", SWITCHED_JOB, f"sqlite:///{tmp_path / 'cache.db'}",
-                           str(signing_keys["writer.pub"])], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _background_job(SWITCHED_JOB, tmp_path, str(signing_keys["writer.pub"]))
     before, installed, uninstalled = done.stdout.splitlines()[-3:]
     assert installed == "True True True"
     assert uninstalled == before
