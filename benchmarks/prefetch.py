@@ -116,10 +116,9 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
 def _longest_phases() -> dict[str, float]:
     """The first call's longest phases as torch times them (nothing compiles before it): where a
     warm first call goes, at no cost to its timing, unlike a profile."""
-    from autotune.pointwise import compile_phase_totals
+    from autotune.pointwise import compile_phase_totals, longest_phases
 
-    totals = compile_phase_totals()
-    return {name: round(seconds, 3) for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:PHASES_KEPT]}
+    return longest_phases({}, compile_phase_totals(), top=PHASES_KEPT)
 
 
 def _write_profile(profiler: cProfile.Profile, path: Path) -> None:
