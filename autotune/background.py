@@ -9,6 +9,7 @@ installs it, the prefetch starting there. The first ``torch.compile`` waits for 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -34,7 +35,10 @@ class PendingWarmStart:
         self._compile_waiting = threading.Event()  # a compile came before the install ended
         self._handle: WarmStart | None = None
         release = compile_gate.hold(self._wait_to_compile)
-        thread = threading.Thread(target=self._install, args=(install, release), name="autotune-install", daemon=True)
+        # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
+        # and the install (the pattern passes it registers) must see the script's, not torch's defaults.
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(self._install, install, release),
+                                  name="autotune-install", daemon=True)
         # Inductor's selector waits for the install too, from the moment Inductor is imported:
         # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
         self._held = Hold(thread)

@@ -259,3 +259,28 @@ def test_the_artifact_tiers_switches_set_on_the_install_thread_reach_the_scripts
     before, installed, uninstalled = done.stdout.splitlines()[-3:]
     assert installed == "True True True"
     assert uninstalled == before
+
+
+def test_the_install_thread_sees_the_config_the_script_assigned_before_warm_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.13 keeps an assigned option per context: the install (which registers the pattern
+    passes) runs in a copy of the script's, so it sees what the script set, not torch's defaults."""
+    from autotune import hook
+
+    seen: list[bool] = []
+    install = hook._install
+
+    def recording_install(settings: object) -> hook.WarmStart:
+        seen.append(torch._inductor.config.pattern_matcher)
+        return install(settings)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hook, "_install", recording_install)
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
+    assert torch._inductor.config.pattern_matcher is True  # torch's default, which the script changes
+    with torch._inductor.config.patch(pattern_matcher=False):
+        handle = autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}")
+        try:
+            assert handle.resolved() is not None
+        finally:
+            handle.uninstall()
+    assert seen == [False]
