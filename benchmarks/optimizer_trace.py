@@ -1,0 +1,156 @@
+"""What a compiled optimizer step costs Dynamo, and whether its package can carry it.
+
+    python -m benchmarks.optimizer_trace                  # examples/lm_train.py, 2 samples
+    python -m benchmarks.optimizer_trace --samples 3 --out /tmp/opt
+
+Issue 53 asks a warm training step's whole first step (forward, backward, optimizer) to take
+at most half the floor's. Both trace the compiled optimizer's step with Dynamo in the user's
+thread. This measures that tracing alone: each child, a fresh process, builds the model, runs
+one eager forward and backward, then times the first call of ``torch.compile(optimizer.step,
+backend="eager")`` (Dynamo without Inductor), with Dynamo's ``caching_precompile`` off and on.
+It keeps Dynamo's own phase totals and every "package bypass" Dynamo logs: the reason its
+package leaves a graph out, so that a fresh process must trace it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import fmt
+
+log = logging.getLogger("optimizer_trace")
+
+DEFAULT_MODEL = "examples/lm_train.py"
+PHASES_KEPT = 8
+
+
+# --------------------------------------------------------------------------- the child
+
+
+class _BypassLog(logging.Handler):
+    """Dynamo's "Detected a package bypass: <reason>" warnings, kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "package bypass" in message:
+            self.reasons.append(message)
+
+
+def child(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {"precompile": args.precompile, "status": "error"}
+    try:
+        _child_run(args, result)
+        result["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - the parent records it, whatever it is
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    harness.emit(result)
+    return 0 if result["status"] == "ok" else 1
+
+
+def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    import torch
+
+    from autotune.pointwise import compile_phase_totals, longest_phases
+    from benchmarks import compile_time
+
+    bypasses = _BypassLog()
+    logging.getLogger("torch._dynamo").addHandler(bypasses)
+    torch._dynamo.config.caching_precompile = args.precompile
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    prepared = compile_time._prepare(args.model, None, device, None)
+    if prepared.optimizer is None:
+        raise ValueError(f"{args.model} defines no train_step: pass a training model file")
+    loss = prepared.module(*prepared.inputs)
+    loss.backward()  # the gradients the step reads, as in a training step
+    step = torch.compile(prepared.optimizer.step, backend="eager")
+    start = time.perf_counter()
+    step()
+    result["first_step_s"] = time.perf_counter() - start
+    result["phases"] = longest_phases({}, compile_phase_totals(), top=PHASES_KEPT)
+    result["bypasses"] = sorted(set(bypasses.reasons))
+    result["device"] = device
+
+
+# -------------------------------------------------------------------------- the parent
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    samples, tmp = [], Path(tempfile.mkdtemp(prefix="optimizer_trace_"))
+    try:
+        _measure_into(samples, args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return samples
+
+
+def _measure_into(samples: list[dict[str, Any]], args: argparse.Namespace, tmp: Path) -> None:
+    """Fresh caches for each child: nothing of an earlier one is reused."""
+    for sample in range(args.samples):
+        for precompile in (False, True):
+            cmd = [sys.executable, "-m", "benchmarks.optimizer_trace", "_child", "--model", args.model,
+                   *(["--precompile"] if precompile else [])]
+            done = harness.run(cmd, harness.child_env(tmp / f"{sample}-{int(precompile)}"),
+                               args.timeout)
+            payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result (rc {done.rc})",
+                                                              "stderr_tail": harness.tail(done.stderr)}
+            log.info("sample %d, caching_precompile %s: %s", sample + 1, precompile,
+                     fmt(payload.get("first_step_s"), ".2f") + " s" if payload.get("status") == "ok"
+                     else payload.get("error"))
+            samples.append({"sample": sample + 1, "precompile": precompile, **payload})
+
+
+def render(run: dict[str, Any]) -> list[str]:
+    rows = [[s["sample"], "on" if s["precompile"] else "off", s.get("status"), fmt(s.get("first_step_s"), ".2f"),
+             fmt((s.get("phases") or {}).get("bytecode_tracing"), ".2f"),
+             fmt((s.get("phases") or {}).get("build_guards"), ".2f"),
+             "; ".join(s.get("bypasses") or []) or s.get("error") or "-"] for s in run.get("samples", [])]
+    return [f"Model `{run.get('model')}`: the first call of its compiled optimizer step (Dynamo, `eager` backend).", "",
+            *harness.table(["sample", "caching_precompile", "status", "first step s", "bytecode_tracing s",
+                            "build_guards s", "package bypasses logged"], rows)]
+
+
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "optimizer_trace", "Dynamo's tracing of a compiled optimizer step", render)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["_child"]:
+        parser = argparse.ArgumentParser(prog="python -m benchmarks.optimizer_trace _child")
+        parser.add_argument("--model", required=True)
+        parser.add_argument("--precompile", action="store_true")
+        return child(parser.parse_args(argv[1:]))
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.optimizer_trace", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="a training model file (default %(default)s)")
+    parser.add_argument("--samples", type=int, default=2, help="children per setting (default %(default)s)")
+    parser.add_argument("--out", default="benchmarks/results", help="folder of optimizer_trace.json/.md")
+    parser.add_argument("--label", help="the run's name in the results (default: the device)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per process (default %(default)s)")
+    args = parser.parse_args(argv)
+    harness.log_to_stderr()
+    store = results(Path(args.out))
+    info = harness.machine(120)
+    label = args.label or (harness.slug(info["gpu"]) if info.get("gpu") else "cpu")
+    run = store.run(label, info, " ".join(["python -m benchmarks.optimizer_trace", *argv]))
+    run["model"] = args.model
+    run["samples"] = measure(args)
+    store.save()
+    print("\n".join(render(run)))
+    return 0 if all(s.get("status") == "ok" for s in run["samples"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
