@@ -140,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", help="the run's name in the results (default: the device)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process (default %(default)s)")
     args = parser.parse_args(argv)
+    from benchmarks.compile_time import is_training_file
+
+    if not Path(args.model).is_file():
+        parser.error(f"{args.model}: no such file; pass a training model file (examples/lm_train.py)")
+    if not is_training_file(args.model):
+        parser.error(f"{args.model} defines no train_step: pass a training model file (examples/lm_train.py)")
     harness.log_to_stderr()
     store = results(Path(args.out))
     info = harness.machine(120)
