@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import tempfile
 import time
@@ -87,28 +86,25 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
-    samples, tmp = [], Path(tempfile.mkdtemp(prefix="optimizer_trace_"))
-    try:
-        _measure_into(samples, args, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Each setting ``--samples`` times, each child with caches of its own: nothing of an earlier one is reused."""
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="optimizer_trace_", ignore_cleanup_errors=True) as tmp:
+        for sample in range(args.samples):
+            for precompile in (False, True):
+                samples.append({"sample": sample + 1, "precompile": precompile,
+                                **_child_result(args, precompile, Path(tmp) / f"{sample}-{int(precompile)}")})
     return samples
 
 
-def _measure_into(samples: list[dict[str, Any]], args: argparse.Namespace, tmp: Path) -> None:
-    """Fresh caches for each child: nothing of an earlier one is reused."""
-    for sample in range(args.samples):
-        for precompile in (False, True):
-            cmd = [sys.executable, "-m", "benchmarks.optimizer_trace", "_child", "--model", args.model,
-                   *(["--precompile"] if precompile else [])]
-            done = harness.run(cmd, harness.child_env(tmp / f"{sample}-{int(precompile)}"),
-                               args.timeout)
-            payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result (rc {done.rc})",
-                                                              "stderr_tail": harness.tail(done.stderr)}
-            log.info("sample %d, caching_precompile %s: %s", sample + 1, precompile,
-                     fmt(payload.get("first_step_s"), ".2f") + " s" if payload.get("status") == "ok"
-                     else payload.get("error"))
-            samples.append({"sample": sample + 1, "precompile": precompile, **payload})
+def _child_result(args: argparse.Namespace, precompile: bool, cache_root: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.optimizer_trace", "_child", "--model", args.model,
+           *(["--precompile"] if precompile else [])]
+    done = harness.run(cmd, harness.child_env(cache_root), args.timeout)
+    payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result (rc {done.rc})",
+                                                      "stderr_tail": harness.tail(done.stderr)}
+    log.info("caching_precompile %s: %s", precompile,
+             fmt(payload.get("first_step_s"), ".2f") + " s" if payload.get("status") == "ok" else payload.get("error"))
+    return payload
 
 
 def render(run: dict[str, Any]) -> list[str]:
