@@ -7,7 +7,8 @@ each step runs in fresh processes with fresh compile caches (``compile_time``'s 
 is: requests found, tuned, failed, ``key_mismatch``); per dynamic mode (``static``, ``auto``:
 torch's default, recompiled at 2B, ``dynamic``: dynamic=True) ``warm`` (the hook's hits,
 misses and benchmarks), and with ``--baselines`` ``default`` and ``cold`` max-autotune (the
-ratios warm/default first call and warm/cold latency: summed GPU kernel time on CUDA). Each
+ratios warm/default first call and warm/cold latency: summed GPU kernel time on CUDA, the
+fastest call on a CPU). Each
 of these compiles also reports its output's deviation from eager (max |compiled - eager| /
 max |eager|; a training step's loss), ``benchmarks/deviation.py``.
 
@@ -775,7 +776,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(harness.RESULTS), help="folder of conformance.json/.md and the work folder")
     parser.add_argument("--budget", type=float, default=560.0, help="seconds: start no step that would not end by then")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step at most")
-    parser.add_argument("--runs", type=int, default=None, help="timed calls per compile (default: 50 CUDA, 20 CPU)")
+    parser.add_argument("--runs", type=int, default=None, help="timed calls per compile, at least; timing lasts at least 1 s "
+                        "(default: 50 CUDA, 20 CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
     parser.add_argument("--no-resume", action="store_true", help="start a fresh run")
     parser.add_argument("--seed", metavar="FILE", default=None,

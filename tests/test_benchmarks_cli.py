@@ -78,7 +78,7 @@ def test_child_env_drops_the_callers_keys(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def _ok(first: float, median: float, **extra: object) -> dict[str, object]:
-    return {"status": "ok", "first_call_s": first, "median_ms": median, **extra}
+    return {"status": "ok", "first_call_s": first, "median_ms": median, "min_ms": 0.9 * median, **extra}
 
 
 def test_artifact_goals(ct: ModuleType) -> None:
@@ -99,7 +99,7 @@ def test_artifact_goals(ct: ModuleType) -> None:
     results["warm-start-artifacts"].pop("kernel_us_per_call")
     by_name = {g["name"]: g for g in ct.goals(results)}
     assert by_name["warm-start-artifacts benchmarks of any kind at the first call"]["met"] is False
-    assert by_name["warm-start-artifacts latency / max-autotune-cold latency (wall median)"]["met"] is False
+    assert by_name["warm-start-artifacts latency / max-autotune-cold latency (fastest wall call)"]["met"] is False
 
 
 def test_results_file_keeps_one_run_per_label_and_names_what_it_ran_on(ct: ModuleType, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def _fake_result(step: Any) -> dict[str, Any]:
                     "process_wall_s": 5.0}
         return {"status": "ok", "found": 2, "tuned": 2, "failed": 0, "statuses": {"ok": 2}, "process_wall_s": 50.0}
     result: dict[str, Any] = {"status": "ok", "first_call_s": 10.0 if step.kind == "warm" else 20.0,
-                              "median_ms": 1.0, "process_wall_s": 15.0,
+                              "median_ms": 1.0, "min_ms": 0.9, "process_wall_s": 15.0,
                               "bench": {"gemm_autotune": 0 if step.dynamic == "static" else 2}}
     if step.kind == "warm":
         result["hook"] = {"hits": 4, "misses": 0 if step.dynamic == "static" else 2, "errors": 0}
