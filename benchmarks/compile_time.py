@@ -62,8 +62,9 @@ WARM = ("warm-start", ARTIFACTS)  # they install the hook
 MEGACACHE_LOADS: dict[str, tuple[str, bool]] = {"max-autotune-megacache": ("max-autotune-cold", False),
                                                 "floor": ("default-precompile", True)}
 LATENCY_TOLERANCE = 0.03  # a warm start's latency may be at most 3% above max-autotune-cold's
-# Timed calls go on past --runs until this long has passed: a 0.1 ms CPU model's 20 calls last 2 ms,
-# all inside whatever slow phase a shared machine is in; calls spread over a second meet its fast ones.
+# Timed calls go on past --runs until this long has passed: a tiny CPU model's few calls last
+# milliseconds, all inside whatever slow phase a shared machine is in; calls spread over a second
+# meet its fast ones (docs/results.md, "CPU latency is the fastest call").
 MIN_TIMED_S = 1.0
 MAX_TIMED_CALLS = 100_000
 ARTIFACT_FIRST_CALL_GOAL = 0.50  # warm-start-artifacts' first call <= 0.50x default's
@@ -597,10 +598,10 @@ def _ok(results: dict[str, Any], name: str) -> dict[str, Any]:
 def latency_ratio(r: dict[str, Any] | None, base: dict[str, Any] | None) -> tuple[float | None, str]:
     """Summed GPU kernel time per call when both have a kernel profile, else the fastest wall call.
 
-    Not the wall median: on a shared 2-core VM calls run in slow phases of a hundred calls and
-    more (2-3x the fastest), which come and go within one process, so a median of a few hundred
-    calls measures when the phases fell, and cold's and the warm start's swapped places between
-    runs. The fastest call is the compiled code's own time."""
+    Not the wall median: on a shared CPU machine calls run in slow phases that come and go within
+    one process, so a median measures when the phases fell, and cold's and the warm start's
+    swapped places between runs (docs/results.md, "CPU latency is the fastest call"). The
+    fastest call is the compiled code's own time."""
     r, base = r or {}, base or {}
     kernel = ratio(r.get("kernel_us_per_call"), base.get("kernel_us_per_call"))
     if kernel is not None:
