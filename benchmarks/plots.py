@@ -89,7 +89,10 @@ def kernel_time(results: Path, out: Path) -> None:
         ax.set_xlim(0, max(values + [goal]) * 1.12)
         ax.set_xlabel("summed GPU kernel time per call: warm start / cold")
         dates = sorted(str(i["date"])[:10] for i in run.get("invocations") or [run])
-        ax.set_title(f"{run['machine']['gpu']}, torch {run['machine'].get('torch')}\n{len(table)} judged rows, "
+        # A run labelled beyond its machine ("nvidia-h200, second samples") says so in its title.
+        label = str(run.get("label") or "")
+        kind = f" ({label.split(', ', 1)[1]})" if ", " in label else ""
+        ax.set_title(f"{run['machine']['gpu']}{kind}, torch {run['machine'].get('torch')}\n{len(table)} judged rows, "
                      f"runs {dates[0]} to {dates[-1]}", fontsize=9)
     handles = [Line2D([], [], color="#d62728", linestyle="--", label=f"goal: within {goal - 1:.0%} of cold"),
                Patch(facecolor="#2ca02c", hatch="//", edgecolor="white",
