@@ -126,6 +126,11 @@ class ArtifactTier:
             log.info("autotune: rejected a %s artifact (%s)", kind, verdict)
         return None
 
+    def count_compiled(self) -> None:
+        """A C++ library compiled here because no trusted build was stored (HookStats.cpp_compiled)."""
+        with self._lock:
+            self.stats.cpp_compiled += 1
+
     def publish(self, kind: str, key: str, payload: bytes) -> None:
         """Sign and store in the background; the first writer of a key wins."""
         signer = self.signer
@@ -219,6 +224,7 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
     def build(self: Any, *args: Any, **kwargs: Any) -> Any:
         tier = patch.top
         target = key = None
+        missed = False  # the tier reads, and had no library under this key
         if tier is not None:
             try:
                 target = self.get_target_file_path()
@@ -228,9 +234,12 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
                     if payload is not None:
                         write_atomic(target, payload, mode=0o755)  # a shared library
                         return None
+                    missed = tier.reads
             except Exception:  # a cache problem must never fail the compile
                 log.debug("could not fetch a C++ build", exc_info=True)
         outcome = original(self, *args, **kwargs)
+        if missed and tier is not None:
+            tier.count_compiled()
         if tier is not None and tier.writes and key is not None and target is not None:
             try:
                 with open(target, "rb") as handle:

@@ -122,6 +122,9 @@ class HookStats:
     artifacts_rejected: int = 0
     artifacts_published: int = 0
     packages_refused: int = 0
+    # C++ libraries (kernels, Inductor's vector-ISA probes) this process compiled while the tier
+    # read: none was stored under their key, or it was rejected. 0 on a node the sweep served.
+    cpp_compiled: int = 0
     # The sweep's end-to-end pass only: each hit it timed in the graph's process (autotune/in_graph.py).
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     # Benchmarks of any kind since the hook was installed: Inductor's GEMM/conv, pointwise and
@@ -149,7 +152,8 @@ class HookStats:
                 f"kernel_configs_loaded={self.kernel_configs_loaded} kernel_configs_saved={self.kernel_configs_saved} "
                 f"artifacts_loaded={self.artifacts_loaded} artifacts_rejected={self.artifacts_rejected} "
                 f"artifacts_published={self.artifacts_published} database_calls={self.database_calls}"
-                + (f" compiles_retried={self.compiles_retried}" if self.compiles_retried else ""))
+                + (f" compiles_retried={self.compiles_retried}" if self.compiles_retried else "")
+                + (f" cpp_compiled={self.cpp_compiled}" if self.cpp_compiled else ""))
 
 
 def _import_store_modules() -> None:

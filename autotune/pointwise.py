@@ -48,6 +48,7 @@ from autotune.inductor_glue.capture import (
     tune_only_shard,
 )
 from autotune.inductor_glue.distributed import DistributedSpec, job_process_group, wrap
+from autotune.inductor_glue.env import reprobe_vec_isa
 from autotune.inductor_glue.modelfile import ModelFile
 from autotune.workers.faults import inject_fault
 
@@ -261,6 +262,8 @@ def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
     withheld = False
     with fresh_inductor(overrides), warm_start_for_pass(current.settings,
                                                         time_in_graph=current.time_in_graph) as handle:
+        if device == "cpu" and current.publishes:
+            reprobe_vec_isa()  # the ISA probes' builds go through the tier too: a job fetches them
         before = compile_phase_totals()
         try:
             # Every GPU timing of the pass is kernel-bound (inductor_glue/timing.py): its

@@ -105,6 +105,53 @@ def cpu_description() -> str:
     return f"{model} [{isa}]"
 
 
+def reprobe_vec_isa() -> str:
+    """Probe the CPU's vector ISA again, as a fresh process would, and return the ISA picked
+    ("" where it cannot be done).
+
+    Inductor probes each ISA once per process by building a small C++ program into its cache
+    dir. A publishing pass calls this in its fresh cache dir with the artifact tier installed:
+    the probes are built again there, through the tier, and published with the kernels. A job on
+    a fresh node then fetches them instead of compiling them (the probes were most of a small
+    model's first call on a 2-core CPU: docs/results.md)."""
+    from .seams import PICK_VEC_ISA, VEC_ISA_LIST, VEC_ISAS
+
+    try:
+        probed, isas = VEC_ISA_LIST.resolve(), VEC_ISAS.resolve()
+        for cached in _probe_caches(isas):
+            cached.cache_clear()
+        for isa in isas:
+            _forget_probed_flags(isa)
+        probed.cache_clear()
+        return str(PICK_VEC_ISA.resolve()())
+    except Exception:  # noqa: BLE001 - a probe not published costs a job its compile, nothing more
+        log.debug("could not probe the vector ISA again", exc_info=True)
+        return ""
+
+
+def _forget_probed_flags(isa: Any) -> None:
+    """Drop what an earlier probe left on an ISA object: a probe that passes sets a flag on it
+    (``_is_avx512_bf16_supported``) that adds compiler flags to the next probes, whose builds
+    then have other keys than a fresh process's. Such flags shadow class attributes; the
+    object's dataclass fields (its construction) stay."""
+    import dataclasses
+
+    fields = {field.name for field in dataclasses.fields(isa)} if dataclasses.is_dataclass(isa) else set()
+    for name in [n for n in vars(isa) if n not in fields and hasattr(type(isa), n)]:
+        delattr(isa, name)
+
+
+def _probe_caches(isas: Any) -> list[Any]:
+    """The cached probe verdicts of each ISA class (its ``__bool__`` and helpers), once each."""
+    found: dict[int, Any] = {}
+    for isa in isas:
+        for klass in type(isa).__mro__:
+            for value in vars(klass).values():
+                if callable(getattr(value, "cache_clear", None)):
+                    found.setdefault(id(value), value)
+    return list(found.values())
+
+
 def triton_version() -> str | None:
     try:
         import triton

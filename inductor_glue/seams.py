@@ -198,8 +198,8 @@ _declare("torch._inductor.sizevars", "SizeVarAllocator.size_hint", READ, _SERVE_
          "a size symbol's hint where optimization_hint is absent (gone in torch 2.13)", required=False)
 _declare("torch._inductor.codecache", "CacheBase.get_system", READ, _SERVE_OR_CAPTURE,
          "Inductor's system hash, part of every environment key")
-_declare("torch._inductor.cpu_vec_isa", "pick_vec_isa", READ, _SERVE_OR_CAPTURE,
-         "the CPU's vector ISA in its environment key (\"unknown-isa\" without it)", required=False)
+PICK_VEC_ISA = _declare("torch._inductor.cpu_vec_isa", "pick_vec_isa", READ, _SERVE_OR_CAPTURE,
+                        "the CPU's vector ISA in its environment key (\"unknown-isa\" without it)", required=False)
 _declare("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path", READ, _SERVE_OR_CAPTURE,
          "pins Triton's ptxas before any hash is taken (nothing to pin without it)", required=False)
 COMPILE_GRAPH = _declare("torch._inductor.compile_fx", "_compile_fx_inner", PATCH, (GEMM_SERVING,),
@@ -285,6 +285,15 @@ CPP_BUILD = _declare("torch._inductor.cpp_builder", "CppBuilder.build", PATCH, (
                      "a C++ library is fetched before it is built, and published after")
 _declare("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path", READ, (ARTIFACTS,),
          "the library's path under the cache dir: its key")
+# The vector-ISA probes: Inductor builds a small C++ program per ISA into the cache dir, once per
+# process (these caches), seconds of a fresh CPU node's first compile. A publishing pass clears
+# them and probes again inside the artifact tier, so the probes' builds are published too
+# (inductor_glue/env.py, reprobe_vec_isa).
+VEC_ISA_LIST = _declare("torch._inductor.cpu_vec_isa", "valid_vec_isa_list", READ, (ARTIFACTS,),
+                        "the probed ISAs, cached per process: cleared before probing again", required=False)
+VEC_ISAS = _declare("torch._inductor.cpu_vec_isa", "supported_vec_isa_list", READ, (ARTIFACTS,),
+                    "the ISA objects: their cached probe verdicts (__bool__) are cleared with it, and the flags a "
+                    "passed probe left on them (_is_avx512_bf16_supported) dropped", required=False)
 
 # --- Dynamo's package (autotune/dynamo_package.py)
 _PKG = "torch._dynamo.package"

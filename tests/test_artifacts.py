@@ -179,7 +179,7 @@ def _run_job(tmp_path: Path, url: str, name: str, monkeypatch: pytest.MonkeyPatc
         return job(tmp_path, "--cache", url, name=name)
 
 
-def test_a_fresh_job_loads_the_signed_artifacts_and_computes_the_same(
+def test_a_fresh_job_loads_the_signed_artifacts_compiles_no_cpp_and_computes_the_same(
         signed_sweep: str, tmp_path: Path, keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
         plain_output: torch.Tensor) -> None:
     with Store(signed_sweep, read_only=True) as store:
@@ -191,6 +191,9 @@ def test_a_fresh_job_loads_the_signed_artifacts_and_computes_the_same(
     stats = loaded["stats"]
     assert stats["artifacts_loaded"] >= 1 and stats["artifacts_rejected"] == 0, stats
     assert stats["hits"] == 2 and stats["misses"] == 0 and loaded["benchmarks"] == 0
+    # Its kernels and Inductor's vector-ISA probes (built in every fresh cache dir) are served:
+    # a job on a fresh node compiles no C++ library.
+    assert stats["cpp_compiled"] == 0, stats
     torch.testing.assert_close(torch.load(loaded["output"]), plain_output)
 
 
