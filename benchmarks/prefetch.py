@@ -44,7 +44,8 @@ from benchmarks.harness import fmt, ratio
 log = logging.getLogger("prefetch")
 
 MODELS: dict[str, str] = {"resnet": "examples/resnet.py", "gpt": "examples/gpt.py",
-                          "lm_train": "examples/lm_train.py", "mlp": "examples/mlp.py"}
+                          "lm_train": "examples/lm_train.py", "mlp": "examples/mlp.py",
+                          "experts": "examples/experts.py"}  # Linear layers and bmm, freezing on: CPU only
 DEFAULT_MODELS = ("resnet", "gpt", "lm_train", "mlp")  # a conv net, a transformer, a training step, a small model
 QUICK_MODELS = ("mlp",)
 TIMED = ("floor", "warm-start", "prefetch")
