@@ -105,6 +105,7 @@ def cpu_description() -> str:
     return f"{model} [{isa}]"
 
 
+@functools.cache
 def reprobe_vec_isa() -> str:
     """Probe the CPU's vector ISA again, as a fresh process would, and return the ISA picked
     ("" where it cannot be done).
@@ -113,7 +114,8 @@ def reprobe_vec_isa() -> str:
     dir. A publishing pass calls this in its fresh cache dir with the artifact tier installed:
     the probes are built again there, through the tier, and published with the kernels. A job on
     a fresh node then fetches them instead of compiling them (the probes were most of a small
-    model's first call on a 2-core CPU: docs/results.md)."""
+    model's first call on a 2-core CPU: docs/results.md). Once per process: the probes do not
+    depend on the graph, and a pass compiles once per batch size, each in a fresh cache dir."""
     from .seams import PICK_VEC_ISA, VEC_ISA_LIST, VEC_ISAS
 
     try:
