@@ -478,11 +478,11 @@ class Skipped(Exception):
     """A scenario whose prerequisite failed in this run; the message says why."""
 
 
-def _scenario_flags(scenario: str, run: ModelRun) -> tuple[list[str], dict[str, str]]:
+def _scenario_flags(scenario: str, run: ModelRun, save: bool = True) -> tuple[list[str], dict[str, str]]:
     """The child's extra arguments and environment for ``scenario``; raises Skipped."""
     flags, env = (["--cache", run.cache_url] if scenario in WARM else []), {}
-    save, precompile = run.saves(scenario)
-    if save:
+    saves, precompile = run.saves(scenario)
+    if saves and save:
         flags += ["--save-artifacts", str(run.megacache_path(scenario))]
     if scenario in MEGACACHE_LOADS:
         source, precompile = MEGACACHE_LOADS[scenario]
@@ -501,10 +501,12 @@ def _scenario_flags(scenario: str, run: ModelRun) -> tuple[list[str], dict[str, 
 
 
 def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, log_path: Path | None,
-                       env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
-    """One scenario in a fresh process; ``env_overrides`` (its GPU, say) go into its environment."""
+                       env_overrides: dict[str, str] | None = None, repeat: int = 0) -> dict[str, Any]:
+    """One scenario in a fresh process; ``env_overrides`` (its GPU, say) go into its environment.
+    ``repeat`` > 0: another process of a scenario already run (--latency-processes), with
+    caches of its own, saving no Mega-cache."""
     try:
-        flags, extra_env = _scenario_flags(scenario, run)
+        flags, extra_env = _scenario_flags(scenario, run, save=not repeat)
     except Skipped as skip:
         return {"scenario": scenario, "status": "error", "error": str(skip)}
     cmd = [sys.executable, "-m", "benchmarks.compile_time", "_scenario", "--model", run.path, "--scenario", scenario,
@@ -514,7 +516,8 @@ def run_model_scenario(scenario: str, run: ModelRun, args: argparse.Namespace, l
             cmd += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
     cmd += ["--kernel-profile"] if args.kernel_profile else []
     cmd += ["--deviation"] if getattr(args, "deviation", False) else []
-    env = {**harness.child_env(run.tmp / scenario, run.cache_url if scenario in WARM else None), **extra_env,
+    cache_root = run.tmp / (f"{scenario}-repeat{repeat}" if repeat else scenario)
+    env = {**harness.child_env(cache_root, run.cache_url if scenario in WARM else None), **extra_env,
            **(env_overrides or {})}
     done = harness.run(cmd, env, args.timeout, log_path)
     payload = harness.marker_payload(done.stdout)
@@ -606,7 +609,32 @@ def latency_ratio(r: dict[str, Any] | None, base: dict[str, Any] | None) -> tupl
     kernel = ratio(r.get("kernel_us_per_call"), base.get("kernel_us_per_call"))
     if kernel is not None:
         return kernel, "summed kernel time"
+    mine, theirs = fastest_calls(r), fastest_calls(base)
+    if len(mine) > 1 and len(theirs) > 1:  # --latency-processes: processes differ, so their median
+        return (ratio(statistics.median(mine), statistics.median(theirs)),
+                f"fastest wall call, median of {len(mine)} and {len(theirs)} processes")
     return ratio(r.get("min_ms"), base.get("min_ms")), "fastest wall call"
+
+
+def fastest_calls(r: dict[str, Any]) -> list[float]:
+    """The fastest call of each process that ran the scenario (the first, then --latency-processes')."""
+    per_process = [p.get("min_ms") for p in r.get("latency_processes") or []]
+    return [ms for ms in per_process if isinstance(ms, (int, float))] or \
+        ([r["min_ms"]] if isinstance(r.get("min_ms"), (int, float)) else [])
+
+
+def more_processes(scenario: str, run: ModelRun, args: argparse.Namespace, first: dict[str, Any],
+                   log_path: Path | None) -> list[dict[str, Any]]:
+    """Each process's latency for ``scenario``: ``first``'s, then ``--latency-processes`` - 1 more
+    fresh processes'. On a CPU the compiled code's speed differs from one process to the next (thread
+    placement, memory), more than between scenarios, so one process per scenario cannot rank them."""
+    kept = ("min_ms", "median_ms", "kernel_us_per_call", "status", "error")
+    processes = [{k: first.get(k) for k in kept}]
+    for repeat in range(1, args.latency_processes):
+        path = log_path.with_name(f"{log_path.stem}-repeat{repeat}.log") if log_path else None
+        done = run_model_scenario(scenario, run, args, path, repeat=repeat)
+        processes.append({k: done.get(k) for k in kept})
+    return processes
 
 
 def _goal(name: str, goal: str, value: float | None, met: Callable[[float], bool] | None) -> dict[str, Any]:
@@ -654,6 +682,8 @@ def _row(name: str, r: dict[str, Any]) -> list[str]:
         note, first = "", fmt(r.get("first_call_s"))
     if r.get("status") != "ok":
         note = f"{r.get('status')}: {str(r.get('error', ''))[:160]}"
+    elif len(fastest_calls(r)) > 1:
+        note = "fastest call per process (ms): " + ", ".join(fmt(ms, ".3f") for ms in fastest_calls(r))
     kernel = fmt(r["kernel_us_per_call"] / 1e3, ".3f") if isinstance(r.get("kernel_us_per_call"), (int, float)) else "-"
     hits = f"{hook.get('hits')}/{hook.get('misses')}" if hook else "-"
     return [name, first, fmt(r.get("median_ms"), ".3f"), kernel, bench_cell(r.get("bench")), hits, note]
@@ -724,6 +754,8 @@ def benchmark(args: argparse.Namespace) -> int:
                 log_path = Path(args.log_dir) / f"{gpu}-{name}-{scenario}.log" if args.log_dir else None
                 runner = run_sweep if scenario == "sweep" else functools.partial(run_model_scenario, scenario)
                 result = {**runner(model_run, args, log_path), "date": harness.now()}
+                if scenario != "sweep" and args.latency_processes > 1 and result.get("status") == "ok":
+                    result["latency_processes"] = more_processes(scenario, model_run, args, result, log_path)
                 model_run.results[scenario] = entry["scenarios"][scenario] = result
                 log.info("%s: %s %s %s", name, scenario, result["status"], result.get("error") or "")
                 entry["goals"] = goals(entry["scenarios"])
@@ -748,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=100,
                         help="timed calls per scenario, at least; timing lasts at least 1 s (default 100)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls before them (default 10)")
+    parser.add_argument("--latency-processes", type=int, default=1, metavar="N",
+                        help="time each scenario's compiled code in N fresh processes; a latency ratio without a "
+                             "kernel profile is then the median of their fastest calls (default 1)")
     parser.add_argument("--batch-size", type=int, default=None, help="for example() and the sweep")
     parser.add_argument("--cache", metavar="URL", default=None, help="a filled cache for the warm starts")
     parser.add_argument("--optimizer-step", choices=("compiled", "eager"), default="compiled",

@@ -48,6 +48,8 @@ def test_saving_scenarios_and_child_flags(ct: ModuleType, tmp_path: Path) -> Non
     assert run.saves("default-precompile") == (True, True)
     flags, _ = ct._scenario_flags("default-precompile", run)
     assert "--save-artifacts" in flags and "--precompile" in flags
+    flags, _ = ct._scenario_flags("default-precompile", run, save=False)  # a repeat keeps the first's file
+    assert "--save-artifacts" not in flags and "--precompile" in flags
     with pytest.raises(ct.Skipped, match="needs a successful default-precompile"):
         ct._scenario_flags("floor", run)
     run.results["default-precompile"] = {"status": "ok", "megacache_saved": {"bytes": 10}}
@@ -100,6 +102,17 @@ def test_artifact_goals(ct: ModuleType) -> None:
     by_name = {g["name"]: g for g in ct.goals(results)}
     assert by_name["warm-start-artifacts benchmarks of any kind at the first call"]["met"] is False
     assert by_name["warm-start-artifacts latency / max-autotune-cold latency (fastest wall call)"]["met"] is False
+
+
+def test_a_latency_measured_in_several_processes_compares_their_median_fastest_calls(ct: ModuleType) -> None:
+    cold = _ok(20.0, 1.0, latency_processes=[{"min_ms": ms} for ms in (0.50, 0.44, 0.46)])
+    warm = _ok(4.0, 1.3, latency_processes=[{"min_ms": ms} for ms in (0.60, 0.45, 0.47)])
+    value, basis = ct.latency_ratio(warm, cold)
+    assert value == pytest.approx(0.47 / 0.46) and basis == "fastest wall call, median of 3 and 3 processes"
+    warm.pop("latency_processes")  # one process against several: its own fastest call against cold's first
+    assert ct.latency_ratio(warm, cold) == (pytest.approx(1.17 / 0.9), "fastest wall call")
+    warm["kernel_us_per_call"], cold["kernel_us_per_call"] = 90.0, 100.0  # a kernel profile comes first
+    assert ct.latency_ratio(warm, cold) == (pytest.approx(0.9), "summed kernel time")
 
 
 def test_results_file_keeps_one_run_per_label_and_names_what_it_ran_on(ct: ModuleType, tmp_path: Path) -> None:
