@@ -818,8 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     harness.log_to_stderr(args.verbose)
-    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
-        raise SystemExit("--runs must be >= 1, --warmup >= 0 and --timeout > 0")
+    if args.runs < 1 or args.warmup < 0 or args.timeout <= 0 or args.latency_processes < 1:
+        raise SystemExit("--runs and --latency-processes must be >= 1, --warmup >= 0 and --timeout > 0")
     if args.dynamic == "auto" and args.batch_size is None:
         raise SystemExit("--dynamic auto needs --batch-size: its second call runs at twice that")
     return benchmark(args)

@@ -46,6 +46,7 @@ log = logging.getLogger("conformance")
 
 DYNAMICS: dict[str, str] = {"static": "static", "auto": "auto", "dynamic": "true"}  # -> compile_time --dynamic
 SCENARIOS: dict[str, str] = {"warm": "warm-start", "default": "default", "cold": "max-autotune-cold"}
+TIMED_AGAIN = ("warm", "cold")  # the steps --latency-processes times in more processes: the latency ratio's
 BASELINES = ("all", "static", "none")
 # Seconds a step is assumed to take before this results file has timed one like it.
 ESTIMATE_S: dict[str, dict[str, float]] = {"cuda": {"sweep": 240, "cold": 200, "default": 60, "warm": 60},
@@ -269,7 +270,8 @@ def _run_or_skip(run: Run, step: Step) -> None:
         group["steps"][step.key] = {"status": "error", "error": f"not run: the sweep failed ({one_line(sweep)})",
                                     "date": harness.now()}
         return
-    left, need = run.left_s(), estimate_s(run.report, step, run.device)
+    repeats = run.args.latency_processes if step.kind in TIMED_AGAIN else 1
+    left, need = run.left_s(), estimate_s(run.report, step, run.device) * repeats
     if run.steps_run and need > left:  # the first step of an invocation always starts
         _skip(run, step, f"budget: ~{need:.0f} s needed, {max(left, 0):.0f} s left")
         return
@@ -303,7 +305,8 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
     model_run = ct.ModelRun(step.model, str(stub), [step.kind], tmp, f"sqlite:///{cache}", train=step.mode == "train")
     options = argparse.Namespace(timeout=timeout, runs=run.args.runs, warmup=run.args.warmup, optimizer_step="compiled",
                                  batch_size=batch, kernel_profile=run.device == "cuda", deviation=True,
-                                 dynamic=DYNAMICS.get(step.dynamic or ""), sweep_arg=None)
+                                 dynamic=DYNAMICS.get(step.dynamic or ""), sweep_arg=None,
+                                 latency_processes=run.args.latency_processes)
     log_path = (Path(run.args.log_dir) / f"{run.label}-{step.model}-{step.mode}-{step.key.replace('/', '-')}.log"
                 if run.args.log_dir else None)
     try:
@@ -312,6 +315,9 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
             result = _sweep_step(run, step, model_run, options, log_path)
         else:
             result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
+            if step.kind in TIMED_AGAIN and options.latency_processes > 1 and result.get("status") == "ok":
+                result["latency_processes"] = ct.more_processes(SCENARIOS[step.kind], model_run, options, result,
+                                                                log_path)
     except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too
         log.exception("%s failed to run", step.name)
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
@@ -779,6 +785,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=None, help="timed calls per compile, at least; timing lasts at least 1 s "
                         "(default: 50 CUDA, 20 CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default: 5 CUDA, 3 CPU)")
+    parser.add_argument("--latency-processes", type=int, default=1, metavar="N",
+                        help="time the warm start's and cold max-autotune's code in N fresh processes each; without a "
+                             "kernel profile (CPU) the latency ratio is then of their median fastest calls (default 1)")
     parser.add_argument("--no-resume", action="store_true", help="start a fresh run")
     parser.add_argument("--seed", metavar="FILE", default=None,
                         help="with no results in --out yet, start from this machine's run in FILE (the committed table)")
@@ -798,8 +807,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return _merge(args)
     try:
-        if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1):
-            raise BadInput("--budget, --timeout and --runs must be positive")
+        if args.budget <= 0 or args.timeout <= 0 or (args.runs is not None and args.runs < 1) or \
+                args.latency_processes < 1:
+            raise BadInput("--budget, --timeout, --runs and --latency-processes must be positive")
         run = start(args)
     except BadInput as error:
         print(f"conformance: {error}", file=sys.stderr)

@@ -89,9 +89,11 @@ def _fake_result(step: Any) -> dict[str, Any]:
     return result
 
 
-def _run(conf: ModuleType, tmp_path: Path, budget: float, report: dict[str, Any] | None = None) -> Any:
+def _run(conf: ModuleType, tmp_path: Path, budget: float, report: dict[str, Any] | None = None,
+         latency_processes: int = 1) -> Any:
     args = argparse.Namespace(budget=budget, timeout=600.0, runs=3, warmup=1, log_dir=None,
-                              dynamics=["static", "auto"], baselines="static", retry_errors=False, keep_caches=False)
+                              dynamics=["static", "auto"], baselines="static", retry_errors=False, keep_caches=False,
+                              latency_processes=latency_processes)
     return conf.Run(args, "cpu", "cpu", tmp_path, report or {"models": {}}, time.monotonic())
 
 
@@ -151,6 +153,29 @@ def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatc
     run.args.retry_errors = True
     conf.run_steps(run, steps)
     assert ran == ["unet infer sweep"]  # it fails again: its warm starts are errors again, not run
+
+
+def test_the_budget_counts_each_process_a_latency_is_timed_in(conf: ModuleType, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+
+    def fake_execute(run: Any, step: Any, timeout: float) -> dict[str, Any]:
+        ran.append(step.key)
+        if step.kind == "sweep":
+            run.cache_path(step.model, step.mode).write_text("db")
+            return {**_fake_result(step), "batch_sizes": conf.sweep_sizes(run, step.model)}
+        return _fake_result(step)
+
+    monkeypatch.setattr(conf, "execute", fake_execute)
+    steps = conf.plan(["mlp_mixer"], ["infer"], ["static"], "static")
+    (tmp_path / "conformance_cpu_work").mkdir()
+    # Before any like step has run, a CPU warm start is reckoned at 30 s, a cold compile at 40 s:
+    # timed in 3 processes, 90 s fits a budget of 100 s and 120 s does not.
+    run = _run(conf, tmp_path, budget=100.0, latency_processes=3)
+    conf.run_steps(run, steps)
+    assert ran == ["sweep", "warm/static", "default/static"]
+    cold = run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["cold/static"]
+    assert cold["status"] == "skipped" and "~120 s needed" in cold["reason"]
 
 
 def test_dynamic_true_rows_get_a_dynamic_sweep(conf: ModuleType, tmp_path: Path) -> None:
