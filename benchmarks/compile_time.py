@@ -626,8 +626,8 @@ def fastest_calls(r: dict[str, Any]) -> list[float]:
 def more_processes(scenario: str, run: ModelRun, args: argparse.Namespace, first: dict[str, Any],
                    log_path: Path | None) -> list[dict[str, Any]]:
     """Each process's latency for ``scenario``: ``first``'s, then ``--latency-processes`` - 1 more
-    fresh processes'. On a CPU the compiled code's speed differs from one process to the next (thread
-    placement, memory), more than between scenarios, so one process per scenario cannot rank them."""
+    fresh processes'. On a CPU the same compiled code's fastest call differs from one process to the
+    next, at times more than between scenarios (docs/results.md), so one process each cannot rank them."""
     kept = ("min_ms", "median_ms", "kernel_us_per_call", "status", "error")
     processes = [{k: first.get(k) for k in kept}]
     for repeat in range(1, args.latency_processes):
