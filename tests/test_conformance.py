@@ -97,9 +97,8 @@ def _run(conf: ModuleType, tmp_path: Path, budget: float, report: dict[str, Any]
     return conf.Run(args, "cpu", "cpu", tmp_path, report or {"models": {}}, time.monotonic())
 
 
-def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ran: list[str] = []
-
+def _recording_execute(conf: ModuleType, ran: list[str]) -> Any:
+    """``execute`` without processes: each step's name goes into ``ran``, a sweep leaves its database."""
     def fake_execute(run: Any, step: Any, timeout: float) -> dict[str, Any]:
         ran.append(step.name)
         if step.kind == "sweep":
@@ -107,7 +106,12 @@ def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatc
             return {**_fake_result(step), "batch_sizes": conf.sweep_sizes(run, step.model)}
         return _fake_result(step)
 
-    monkeypatch.setattr(conf, "execute", fake_execute)
+    return fake_execute
+
+
+def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(conf, "execute", _recording_execute(conf, ran))
     monkeypatch.setattr(conf.zoo.Entry, "available", lambda self: self.library != "timm")
     steps = conf.plan(["mlp_mixer", "unet", "timm_regnety_016"], ["infer"], ["static", "auto"], "static")
     (tmp_path / "conformance_cpu_work").mkdir()
@@ -158,22 +162,14 @@ def test_resume_budget_and_failures(conf: ModuleType, tmp_path: Path, monkeypatc
 def test_the_budget_counts_each_process_a_latency_is_timed_in(conf: ModuleType, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[str] = []
-
-    def fake_execute(run: Any, step: Any, timeout: float) -> dict[str, Any]:
-        ran.append(step.key)
-        if step.kind == "sweep":
-            run.cache_path(step.model, step.mode).write_text("db")
-            return {**_fake_result(step), "batch_sizes": conf.sweep_sizes(run, step.model)}
-        return _fake_result(step)
-
-    monkeypatch.setattr(conf, "execute", fake_execute)
+    monkeypatch.setattr(conf, "execute", _recording_execute(conf, ran))
     steps = conf.plan(["mlp_mixer"], ["infer"], ["static"], "static")
     (tmp_path / "conformance_cpu_work").mkdir()
     # Before any like step has run, a CPU warm start is reckoned at 30 s, a cold compile at 40 s:
     # timed in 3 processes, 90 s fits a budget of 100 s and 120 s does not.
     run = _run(conf, tmp_path, budget=100.0, latency_processes=3)
     conf.run_steps(run, steps)
-    assert ran == ["sweep", "warm/static", "default/static"]
+    assert ran == ["mlp_mixer infer sweep", "mlp_mixer infer warm/static", "mlp_mixer infer default/static"]
     cold = run.report["models"]["mlp_mixer"]["modes"]["infer"]["steps"]["cold/static"]
     assert cold["status"] == "skipped" and "~120 s needed" in cold["reason"]
 
