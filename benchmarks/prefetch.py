@@ -19,7 +19,8 @@ The last three run with 0 s and with 5 s (``--build-seconds``) of model building
 set-up call and the compile: the model is built, then the process sleeps for the rest. Each
 records the first call (the compile call to the first result; a training model's whole first
 step: forward, backward, optimizer) and the whole process (its start to the first result).
-With PREFETCH_PROFILE_DIR set, each child also writes its first call's cProfile there.
+With ``--processes N`` each of them runs in N fresh processes, taking turns, and its figures are
+the medians. With PREFETCH_PROFILE_DIR set, each child also writes its first call's cProfile there.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import os
 import pstats
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -56,6 +58,7 @@ WHOLE_GOAL = 0.8  # and its whole process <= 0.8x the floor's
 DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode's
 PHASES_KEPT = 12  # each first call's longest compile phases kept in the results
 PHASES_SHOWN = ("floor +5s", "warm-start +5s", "prefetch +5s")  # whose phases the Markdown lists
+TIMINGS = ("first_call_s", "whole_process_s")  # per process; with --processes N, the medians of N
 
 
 # --------------------------------------------------------------------------- the child
@@ -168,17 +171,19 @@ def _after(args: argparse.Namespace, result: dict[str, Any], handle: Any) -> Non
 
 
 def run_child(scenario: str, build_s: float, model: str, tmp: Path, cache_url: str, key: str | None,
-              timeout: float, log_dir: Path | None) -> dict[str, Any]:
+              timeout: float, log_dir: Path | None, repeat: int = 0) -> dict[str, Any]:
+    """One scenario in a fresh process; ``repeat`` > 0: another process of it, with caches of its own."""
     megacache = tmp / "floor.megacache"
     cmd = [sys.executable, "-m", "benchmarks.prefetch", "_child", "--model", model, "--scenario", scenario,
            "--build-seconds", str(build_s), "--cache", cache_url, "--megacache", str(megacache)]
-    env = harness.child_env(tmp / f"{scenario}-{build_s:g}", cache_url)
+    suffix = f"-repeat{repeat}" if repeat else ""
+    env = harness.child_env(tmp / f"{scenario}-{build_s:g}{suffix}", cache_url)
     if scenario in ("warm-start", "prefetch"):
         env["AUTOTUNE_PREFETCH"] = "1" if scenario == "prefetch" else "0"
         if key:
             env["AUTOTUNE_TRUSTED_KEYS"] = key + ".pub"
     env[SPAWNED_ENV] = repr(time.time())
-    log_path = log_dir / f"{Path(model).stem}-{scenario}-{build_s:g}.log" if log_dir else None
+    log_path = log_dir / f"{Path(model).stem}-{scenario}-{build_s:g}{suffix}.log" if log_dir else None
     done = harness.run(cmd, env, timeout, log_path)
     payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result line (rc {done.rc})"}
     if done.rc is None:
@@ -203,17 +208,37 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
                                                         if log_dir else None)
         if sweep.get("status") != "ok":
             return entry
-        plan = [("default", 0.0), ("floor-save", 0.0)] + [(s, b) for b in builds for s in TIMED]
-        for scenario, build_s in plan:
-            log.info("%s: %s, %g s of model building ...", name, scenario, build_s)
-            result = run_child(scenario, build_s, path, tmp, cache_url, model_run.signing_key, args.timeout, log_dir)
-            entry["scenarios"][label(scenario, build_s)] = result
+        timed = [(s, b) for b in builds for s in TIMED]
+        # The timed scenarios' processes take turns: a drift of the machine's speed falls on all alike.
+        plan = [("default", 0.0, 0), ("floor-save", 0.0, 0)] + [
+            (s, b, repeat) for repeat in range(args.processes) for s, b in timed]
+        processes: dict[str, list[dict[str, Any]]] = {}
+        for scenario, build_s, repeat in plan:
+            log.info("%s: %s, %g s of model building, process %d ...", name, scenario, build_s, repeat + 1)
+            result = run_child(scenario, build_s, path, tmp, cache_url, model_run.signing_key, args.timeout,
+                               log_dir, repeat)
+            processes.setdefault(label(scenario, build_s), []).append(result)
             log.info("%s: %s %s %s", name, scenario, result.get("status"), result.get("error") or "")
+        entry["scenarios"] = {key: medians(results) for key, results in processes.items()}
         entry["goals"] = goals(entry["scenarios"], name, builds)
     finally:
         if not args.keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return entry
+
+
+def medians(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scenario's processes as one result: the first good process's details, its two timings
+    the medians of every good process's, its benchmarks the most any process ran, and each
+    process's timings listed. One process is returned as it is."""
+    good = [r for r in results if r.get("status") == "ok"]
+    if len(results) == 1 or not good:
+        return results[0]
+    merged = {**good[0], "benchmarks": max(r.get("benchmarks") or 0 for r in good)}
+    for key in TIMINGS:
+        merged[key] = statistics.median(float(r[key]) for r in good)
+    merged["processes"] = [{k: r.get(k) for k in (*TIMINGS, "status", "error")} for r in results]
+    return merged
 
 
 def label(scenario: str, build_s: float) -> str:
@@ -285,6 +310,12 @@ def render(run: dict[str, Any]) -> list[str]:
             if phases:
                 shown = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in list(phases.items())[:6])
                 lines.append(f"- {key}, the first call's longest phases (nested): {shown}")
+        spread = [f"{key} {_span(r['processes'], 'first_call_s')} / {_span(r['processes'], 'whole_process_s')}"
+                  for key, r in scenarios.items() if r.get("processes")]
+        if spread:
+            lines.append(f"- medians of {len(next(r for r in scenarios.values() if r.get('processes'))['processes'])} "
+                         f"fresh processes per timed scenario, each process's first call / whole process "
+                         f"(fastest-slowest, s): {'; '.join(spread)}")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
@@ -292,6 +323,11 @@ def render(run: dict[str, Any]) -> list[str]:
             lines.append(f"- sweep failed: {(entry['sweep'].get('error') or '')[:200]}")
         lines.append("")
     return lines
+
+
+def _span(processes: list[dict[str, Any]], key: str) -> str:
+    values = sorted(float(p[key]) for p in processes if p.get("status") == "ok")
+    return f"{values[0]:.1f}-{values[-1]:.1f}" if values else "-"
 
 
 def results(out: Path) -> harness.Results:
@@ -332,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(harness.RESULTS), help="folder of prefetch.json/.md")
     parser.add_argument("--label", default=None, help="the run's name in the results (default: device and models)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process (default 600)")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="fresh processes per timed scenario, taking turns; its figures are their medians "
+                             "(default 1)")
     parser.add_argument("--log-dir", default=None, help="write each child's output here")
     parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
@@ -356,8 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     harness.log_to_stderr(args.verbose)
-    if args.build_seconds <= 0 or args.timeout <= 0:
-        raise SystemExit("--build-seconds and --timeout must be positive")
+    if args.build_seconds <= 0 or args.timeout <= 0 or args.processes < 1:
+        raise SystemExit("--build-seconds, --timeout and --processes must be positive")
     return benchmark(args)
 
 

@@ -174,6 +174,30 @@ def test_prefetch_benchmark_help_goals_and_table(tmp_path: Path) -> None:
             "compile_fx_inner 0.40 s") in table
 
 
+def test_prefetch_processes_give_medians_and_keep_each_processs_timings(tmp_path: Path) -> None:
+    from benchmarks import prefetch
+
+    assert "--processes" in help_without_torch("benchmarks.prefetch", REPO)
+    runs = [{"status": "ok", "first_call_s": first, "whole_process_s": whole, "benchmarks": bench,
+             "hook": {"prefetch_waits": n}} for n, (first, whole, bench) in enumerate([(3.0, 9.0, 0), (2.0, 7.0, 1),
+                                                                                     (4.0, 8.0, 0)])]
+    failed = {"status": "timeout", "error": "timed out after 5 s"}
+    merged = prefetch.medians([*runs, failed])
+    assert (merged["first_call_s"], merged["whole_process_s"]) == (3.0, 8.0)
+    assert merged["benchmarks"] == 1  # any process that benchmarked shows
+    assert merged["hook"] == {"prefetch_waits": 0}  # the first good process's details
+    assert [p["status"] for p in merged["processes"]] == ["ok", "ok", "ok", "timeout"]
+    assert prefetch.medians(runs[:1]) is runs[0] and prefetch.medians([failed]) is failed
+    store = prefetch.results(tmp_path)
+    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --processes 4")
+    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": {"prefetch +0s": merged}, "goals": []}}
+    store.save()
+    assert ("- medians of 4 fresh processes per timed scenario, each process's first call / whole process "
+            "(fastest-slowest, s): prefetch +0s 2.0-4.0 / 7.0-9.0") in (tmp_path / "prefetch.md").read_text()
+    with pytest.raises(SystemExit, match="--processes must be positive"):
+        prefetch.main(["--processes", "0"])
+
+
 def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) -> None:
     from benchmarks import team_queue, zoo
 
