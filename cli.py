@@ -893,7 +893,7 @@ def run(ctx: click.Context, script: str, args: tuple[str, ...], on_miss: str | N
         AUTOTUNE_CACHE=postgresql://job@db/kernels autotune run --read-only serve.py
         AUTOTUNE_TRUSTED_KEYS=sweeper.pub autotune run train.py   # load signed artifacts
     """
-    from autotune.hook import CacheMissError
+    from autotune.hook_stats import CacheMissError
     from autotune.runner import run_script
 
     settings = _settings(ctx, on_miss=on_miss, write_back=write_back, read_only=read_only or None,

@@ -20,7 +20,8 @@ from autotune.inductor_glue.selector_hold import Hold
 from . import compile_gate
 
 if TYPE_CHECKING:
-    from .hook import HookStats, WarmStart
+    from .hook import WarmStart
+    from .hook_stats import HookStats
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class PendingWarmStart:
         handle = self.resolved()
         if handle is not None:
             return handle.stats
-        from .hook import HookStats
+        from .hook_stats import HookStats
 
         return HookStats(errors=1)
 

@@ -53,7 +53,7 @@ def _retrying(original: Callable[..., Any], patch: StackedPatch[Serving]) -> Cal
 
 def _not_retried(error: BaseException) -> bool:
     """The hook's own refusal (on_miss="error") is what the job asked for."""
-    from .hook import CacheMissError
+    from .hook_stats import CacheMissError
 
     chain: BaseException | None = error
     while chain is not None:

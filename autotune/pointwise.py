@@ -58,7 +58,7 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 # How long a pass told to stop (SIGTERM) has to store what it tuned and report, before it is
-# killed. Its writes wait for the end of a compile (the GIL, see hook.py), and a sweep cut at
+# killed. Its writes wait for the end of a compile (the GIL, see serve_policy.py), and a sweep cut at
 # its deadline lost them all: a CNN's training pass runs for minutes, most of them tuning
 # hundreds of kernels.
 STOP_GRACE_S = 30.0
@@ -108,7 +108,7 @@ class PointwiseReport:
     seconds: float = 0.0
     error: str | None = None
     saved_keys: list[str] = field(default_factory=list)
-    missed: list[dict[str, Any]] = field(default_factory=list)  # the first GEMM misses (hook.missed_entry)
+    missed: list[dict[str, Any]] = field(default_factory=list)  # the first GEMM misses (hook_stats.missed_entry)
     verdicts: list[dict[str, Any]] = field(default_factory=list)  # GEMMs timed in the graph (in_graph.py)
     # Each compile's kind and seconds, in order (where the pass's time goes).
     passes: list[dict[str, Any]] = field(default_factory=list)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from autotune.cache.records import ArtifactInfo
     from autotune.cache.signing import TrustedKeys
 
-    from .hook import HookStats
+    from .hook_stats import HookStats
 
 log = logging.getLogger(__name__)
 

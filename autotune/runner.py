@@ -8,7 +8,8 @@ from pathlib import Path
 
 from autotune.cache.errors import find_cause
 
-from .hook import CacheMissError, HookStats, warm_start
+from .hook import warm_start
+from .hook_stats import CacheMissError, HookStats
 from .settings import Settings
 
 

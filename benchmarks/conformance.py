@@ -573,7 +573,7 @@ def _notes(r: dict[str, Any]) -> str:
         hook = recompile.get("hook") or {}
         notes.append(f"recompile at 2B: {fmt(recompile.get('seconds'))} s, hits/misses {hook.get('hits', '-')}/"
                      f"{hook.get('misses', '-')}, bench {ct.bench_cell(recompile.get('bench'))}")
-    if r.get("missed"):  # the warm start's own list (hook.missed_entry), with size expressions in the JSON
+    if r.get("missed"):  # the warm start's own list (hook_stats.missed_entry), with size expressions in the JSON
         shown = sorted(set(r["missed"]))
         notes.append("missed: " + ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""))
     return "; ".join(notes)

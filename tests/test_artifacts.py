@@ -23,7 +23,7 @@ from autotune import cli
 from autotune.artifacts import ArtifactTier
 from autotune.cache import Store, signing
 from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
-from autotune.hook import HookStats
+from autotune.hook_stats import HookStats
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.

@@ -571,7 +571,7 @@ def test_a_retried_warm_start_cut_by_the_budget_keeps_its_finished_sweeps_databa
 
 
 def test_a_row_with_misses_names_them(conf: ModuleType) -> None:
-    """A warm start that missed lists what it asked for (hook.missed_entry): the row says which."""
+    """A warm start that missed lists what it asked for (hook_stats.missed_entry): the row says which."""
     warm = {"status": "ok", "first_call_s": 79.4, "bench": {"gemm_autotune": 2},
             "hook": {"hits": 40, "misses": 2, "errors": 0,
                      "missed": [{"request": "conv 16x96x56x56 * 96x1x7x7 bf16", "exprs": [["s77"]]},

@@ -137,7 +137,7 @@ def _as_local_rank(rank: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.hook import ServePolicy
+    from autotune.serve_policy import ServePolicy
     from autotune.settings import Settings
 
     _as_local_rank(1, monkeypatch, tmp_path)
@@ -169,7 +169,7 @@ def test_a_ranks_prefetch_waits_for_a_local_rank_0_that_starts_late(
     import time
 
     from autotune.cache.signing import NO_TRUSTED_KEYS
-    from autotune.hook import ServePolicy
+    from autotune.serve_policy import ServePolicy
     from autotune.settings import Settings
 
     _as_local_rank(1, monkeypatch, tmp_path)

@@ -19,8 +19,9 @@ from torch._inductor import ir
 from torch._inductor.scheduler import FusionResult, Scheduler
 from torch._inductor.virtualized import V
 
-from autotune.hook import ServePolicy, warm_start
+from autotune.hook import warm_start
 from autotune.inductor_glue import fusion, padding, pinning
+from autotune.serve_policy import ServePolicy
 from autotune.settings import Settings
 
 

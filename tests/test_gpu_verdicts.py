@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.hook import HookStats, warm_start
+from autotune.hook import warm_start
+from autotune.hook_stats import HookStats
 from autotune.inductor_glue.capture import fresh_inductor
 
 

@@ -248,7 +248,7 @@ def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
 def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_mark(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep cut at its deadline sends its end-to-end pass SIGTERM. The pass holds its
-    writes until a compile ends (hook.py), and a stop used to lose them all: now its compile
+    writes until a compile ends (serve_policy.py), and a stop used to lose them all: now its compile
     stores them, it reports, and a later sweep's pass (unmarked) goes on from them."""
     from conftest import copy_sqlite
 

@@ -32,8 +32,9 @@ from autotune.cache import Artifact, Store, TuningResult, jsonl
 from autotune.cache.records import ARTIFACT_FX_GRAPH
 from autotune.cache.signing import load_signer
 from autotune.cli import main
-from autotune.hook import ServePolicy, _artifact_seams
+from autotune.hook import _artifact_seams
 from autotune.inductor_glue.env import current_environment, kernel_config_environment
+from autotune.serve_policy import ServePolicy
 from autotune.settings import Settings, load_keys
 
 pytestmark = pytest.mark.xdist_group("hostile_rows")  # its own copy of the session's signed sweep (conftest)

@@ -17,8 +17,8 @@ from torch._inductor.runtime.autotune_cache import AutotuneCache
 from autotune import kernel_configs
 from autotune.cache import Store
 from autotune.cache.records import CandidateResult, TuningResult
-from autotune.hook import ServePolicy
 from autotune.inductor_glue import pinning
+from autotune.serve_policy import ServePolicy
 from autotune.settings import Settings
 
 
