@@ -50,7 +50,7 @@ from autotune.sweep_log import LogUnavailable
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
-    from autotune.sweep import SweepReport
+    from autotune.sweep_report import SweepReport
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -771,7 +771,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
         autotune sweep model.py --train --ddp --bucket-cap-mb 1   # a torchrun job's DDP ranks
     """
-    from autotune.sweep import SweepOptions
+    from autotune.sweep_report import SweepOptions
 
     if not models and not misses:
         fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")

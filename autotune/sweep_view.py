@@ -1,5 +1,5 @@
 """What ``autotune sweep`` shows at its terminal (the CLI's; the sweep reports through
-``sweep.Progress`` and returns a ``SweepReport``, and prints nothing itself).
+``sweep_report.Progress`` and returns a ``SweepReport``, and prints nothing itself).
 
 While it runs: its phases (start-up, each model's capture, the tuning with an estimate of
 the time left, the end-to-end pass of each model), live on a terminal and cleared at the
@@ -24,7 +24,7 @@ from rich.text import Text
 from autotune.cache.records import STATUS_OK, TuningResult
 
 from .plan import fmt_ms, fmt_speedup, shape_summary
-from .sweep import STATUS_CACHED, Outcome, SweepReport
+from .sweep_report import STATUS_CACHED, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ _SETTLED = (STATUS_CACHED, STATUS_OK, "planned", "elsewhere", "not_run")
 
 
 class SweepProgress:
-    """``sweep.Progress`` on a console: a live display on a terminal, cleared at the end;
+    """``sweep_report.Progress`` on a console: a live display on a terminal, cleared at the end;
     nothing on a file or a pipe (a job's log gets the summary, and the phases are in the log)."""
 
     def __init__(self, console: Console) -> None:

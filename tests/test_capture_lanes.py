@@ -94,7 +94,8 @@ def test_a_lane_started_early_captures_its_models_in_turn_and_one_that_died_is_r
 def test_a_sweep_stopped_by_a_bad_model_file_ends_the_capture_processes_it_started(sqlite_url: str) -> None:
     from autotune.inductor_glue.modelfile import ModelFileError
     from autotune.settings import Settings
-    from autotune.sweep import SweepOptions, run_sweep
+    from autotune.sweep import run_sweep
+    from autotune.sweep_report import SweepOptions
 
     broken = str(MODELS / "broken_import.py")
     with pytest.raises(ModelFileError):

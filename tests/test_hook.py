@@ -17,7 +17,8 @@ import torch
 
 from autotune.cache import Store
 from autotune.settings import Settings
-from autotune.sweep import SweepOptions, run_sweep
+from autotune.sweep import run_sweep
+from autotune.sweep_report import SweepOptions
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.

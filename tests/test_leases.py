@@ -138,7 +138,8 @@ def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:
     from pathlib import Path
 
     from autotune.inductor_glue.modelfile import ModelFile
-    from autotune.sweep import ModelCapture, pass_costs
+    from autotune.sweep import pass_costs
+    from autotune.sweep_report import ModelCapture
 
     # Costs 1, 1 and 4 on 2 GPUs: dealt in file order, lane 0 runs the 1 then the 4 (ends at 5);
     # the longest first gives the 4 a lane of its own and the two 1s the other (ends at 4).

@@ -9,7 +9,8 @@ import pytest
 
 from autotune.cache import Store
 from autotune.settings import Settings
-from autotune.sweep import SweepOptions, run_sweep
+from autotune.sweep import run_sweep
+from autotune.sweep_report import SweepOptions
 from autotune.workers.faults import FAULT_ENV
 from autotune.workers.jobs import TuneJob
 
