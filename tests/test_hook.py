@@ -96,6 +96,15 @@ def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> Non
     assert "the cache has no result for packed_linear 8x32 @ 32x64 fp32" in report["stderr"]
 
 
+def test_a_job_imports_the_hooks_error_and_stats_from_autotune_hook() -> None:
+    """``on_miss="error"`` raises ``CacheMissError`` (docs/guide.md): a job catches it from
+    ``autotune.hook``, where the hook's stats are too, though both live in hook_stats.py."""
+    from autotune import hook, hook_stats
+
+    assert hook.CacheMissError is hook_stats.CacheMissError and hook.HookStats is hook_stats.HookStats
+    assert all(hasattr(hook, name) for name in hook.__all__)
+
+
 @pytest.mark.torch_subset
 def test_tune_writes_back_and_another_process_hits_without_ray(sqlite_url: str, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
