@@ -310,12 +310,12 @@ def render(run: dict[str, Any]) -> list[str]:
             if phases:
                 shown = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in list(phases.items())[:6])
                 lines.append(f"- {key}, the first call's longest phases (nested): {shown}")
-        spread = [f"{key} {_span(r['processes'], 'first_call_s')} / {_span(r['processes'], 'whole_process_s')}"
-                  for key, r in scenarios.items() if r.get("processes")]
-        if spread:
-            lines.append(f"- medians of {len(next(r for r in scenarios.values() if r.get('processes'))['processes'])} "
-                         f"fresh processes per timed scenario, each process's first call / whole process "
-                         f"(fastest-slowest, s): {'; '.join(spread)}")
+        repeated = {key: r["processes"] for key, r in scenarios.items() if r.get("processes")}
+        if repeated:
+            spans = "; ".join(f"{key} {_span(runs, 'first_call_s')} / {_span(runs, 'whole_process_s')}"
+                              for key, runs in repeated.items())
+            lines.append(f"- medians of {max(map(len, repeated.values()))} fresh processes per timed scenario, each "
+                         f"process's first call / whole process (fastest-slowest, s): {spans}")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
