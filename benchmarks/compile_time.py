@@ -624,17 +624,20 @@ def fastest_calls(r: dict[str, Any]) -> list[float]:
 
 
 def more_processes(scenario: str, run: ModelRun, args: argparse.Namespace, first: dict[str, Any],
-                   log_path: Path | None) -> list[dict[str, Any]]:
-    """Each process's latency for ``scenario``: ``first``'s, then ``--latency-processes`` - 1 more
-    fresh processes'. On a CPU the same compiled code's fastest call differs from one process to the
-    next, at times more than between scenarios (docs/results.md), so one process each cannot rank them."""
+                   log_path: Path | None) -> None:
+    """With ``--latency-processes`` N > 1 and ``first`` ok, ``first["latency_processes"]`` gets each
+    process's latency for ``scenario``: ``first``'s, then N - 1 more fresh processes'. On a CPU the
+    same compiled code's fastest call differs from one process to the next, at times more than
+    between scenarios (docs/results.md), so one process each cannot rank them."""
+    if args.latency_processes < 2 or first.get("status") != "ok":
+        return
     kept = ("min_ms", "median_ms", "kernel_us_per_call", "status", "error")
     processes = [{k: first.get(k) for k in kept}]
     for repeat in range(1, args.latency_processes):
         path = log_path.with_name(f"{log_path.stem}-repeat{repeat}.log") if log_path else None
         done = run_model_scenario(scenario, run, args, path, repeat=repeat)
         processes.append({k: done.get(k) for k in kept})
-    return processes
+    first["latency_processes"] = processes
 
 
 def _goal(name: str, goal: str, value: float | None, met: Callable[[float], bool] | None) -> dict[str, Any]:
@@ -754,8 +757,8 @@ def benchmark(args: argparse.Namespace) -> int:
                 log_path = Path(args.log_dir) / f"{gpu}-{name}-{scenario}.log" if args.log_dir else None
                 runner = run_sweep if scenario == "sweep" else functools.partial(run_model_scenario, scenario)
                 result = {**runner(model_run, args, log_path), "date": harness.now()}
-                if scenario != "sweep" and args.latency_processes > 1 and result.get("status") == "ok":
-                    result["latency_processes"] = more_processes(scenario, model_run, args, result, log_path)
+                if scenario != "sweep":
+                    more_processes(scenario, model_run, args, result, log_path)
                 model_run.results[scenario] = entry["scenarios"][scenario] = result
                 log.info("%s: %s %s %s", name, scenario, result["status"], result.get("error") or "")
                 entry["goals"] = goals(entry["scenarios"])

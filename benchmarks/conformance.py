@@ -315,9 +315,8 @@ def execute(run: Run, step: Step, timeout: float) -> dict[str, Any]:
             result = _sweep_step(run, step, model_run, options, log_path)
         else:
             result = ct.run_model_scenario(SCENARIOS[step.kind], model_run, options, log_path)
-            if step.kind in TIMED_AGAIN and options.latency_processes > 1 and result.get("status") == "ok":
-                result["latency_processes"] = ct.more_processes(SCENARIOS[step.kind], model_run, options, result,
-                                                                log_path)
+            if step.kind in TIMED_AGAIN:
+                ct.more_processes(SCENARIOS[step.kind], model_run, options, result, log_path)
     except Exception as exc:  # noqa: BLE001 - a step that cannot even start is a result too
         log.exception("%s failed to run", step.name)
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
