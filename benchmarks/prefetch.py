@@ -316,6 +316,11 @@ def render(run: dict[str, Any]) -> list[str]:
                               for key, runs in repeated.items())
             lines.append(f"- medians of {max(map(len, repeated.values()))} fresh processes per timed scenario, each "
                          f"process's first call / whole process (fastest-slowest, s): {spans}")
+        paired = paired_rounds(scenarios, label("prefetch", 0.0), label("warm-start", 0.0), "whole_process_s")
+        if paired is not None:
+            lines.append(f"- whole process at +0s, the prefetch's process less today's in each round: slower in "
+                         f"{paired['slower']} of {paired['rounds']} rounds, by {paired['mean_s']:+.2f} s on average "
+                         f"(95% interval {paired['low_s']:+.2f} to {paired['high_s']:+.2f} s)")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
@@ -323,6 +328,28 @@ def render(run: dict[str, Any]) -> list[str]:
             lines.append(f"- sweep failed: {(entry['sweep'].get('error') or '')[:200]}")
         lines.append("")
     return lines
+
+
+# Student's t at 97.5% by degrees of freedom (a 95% interval of a mean of few rounds); 1.96 past 30.
+_T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
+         15: 2.13, 20: 2.09, 30: 2.04}
+
+
+def paired_rounds(scenarios: dict[str, Any], one: str, other: str, key: str) -> dict[str, Any] | None:
+    """``one``'s timing less ``other``'s, round by round (their processes took turns, so each
+    round shares the machine's state of the moment): how many rounds ``one`` was slower, the mean
+    difference and its 95% interval. None with fewer than two rounds where both ran."""
+    rounds = [(float(a[key]) - float(b[key])) for a, b in zip((scenarios.get(one) or {}).get("processes") or (),
+                                                              (scenarios.get(other) or {}).get("processes") or ())
+              if a.get("status") == "ok" and b.get("status") == "ok"]
+    if len(rounds) < 2:
+        return None
+    mean = statistics.fmean(rounds)
+    df = len(rounds) - 1
+    t = next((value for limit, value in sorted(_T975.items()) if df <= limit), 1.96)
+    half = t * statistics.stdev(rounds) / len(rounds) ** 0.5
+    return {"rounds": len(rounds), "slower": sum(d > 0 for d in rounds), "mean_s": mean,
+            "low_s": mean - half, "high_s": mean + half}
 
 
 def _span(processes: list[dict[str, Any]], key: str) -> str:

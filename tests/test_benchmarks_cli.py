@@ -194,6 +194,18 @@ def test_prefetch_processes_give_medians_and_keep_each_processs_timings(tmp_path
     store.save()
     assert ("- medians of 4 fresh processes per timed scenario, each process's first call / whole process "
             "(fastest-slowest, s): prefetch +0s 2.0-4.0 / 7.0-9.0") in (tmp_path / "prefetch.md").read_text()
+    today = [{**r, "whole_process_s": r["whole_process_s"] - 0.5} for r in runs]  # 0.5 s faster in every round
+    today[1] = {**today[1], "whole_process_s": 7.5}  # but slower in the second
+    scenarios = {"prefetch +0s": {"processes": [*runs, failed]}, "warm-start +0s": {"processes": today}}
+    paired = prefetch.paired_rounds(scenarios, "prefetch +0s", "warm-start +0s", "whole_process_s")
+    assert paired is not None and (paired["rounds"], paired["slower"]) == (3, 2)
+    assert paired["mean_s"] == pytest.approx(0.5 / 3)
+    assert paired["low_s"] < paired["mean_s"] < paired["high_s"]
+    assert prefetch.paired_rounds(scenarios, "prefetch +0s", "floor +0s", "whole_process_s") is None
+    run["models"]["mlp"]["scenarios"] = scenarios | {"prefetch +0s": merged}
+    store.save()
+    assert ("- whole process at +0s, the prefetch's process less today's in each round: slower in 2 of 3 rounds, "
+            "by +0.17 s on average (95% interval ") in (tmp_path / "prefetch.md").read_text()
     with pytest.raises(SystemExit, match="--processes must be positive"):
         prefetch.main(["--processes", "0"])
 
