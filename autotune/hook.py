@@ -50,7 +50,7 @@ class WarmStart:
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None, *, prefetch: bool = False) -> None:
-        from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend
+        from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend, probe_vec_isa_early
         from autotune.inductor_glue.inductor import benchmarks_run
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
@@ -72,6 +72,8 @@ class WarmStart:
         if prefetch:  # before the artifact tier, which asks the prefetch first
             policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
         self._artifacts = _artifact_seams(policy, trusted, signer)
+        if prefetch and gpu is None:  # after the artifact tier, which serves the probes' builds
+            probe_vec_isa_early()
         self.installed = True
 
     def _prepare_kernels(self, policy: ServePolicy, device: str, prewarm: threading.Thread | None) -> None:

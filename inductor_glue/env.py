@@ -8,6 +8,7 @@ model and vector ISA are added here.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import platform
@@ -92,9 +93,44 @@ def cpu_model() -> str:
     return model
 
 
-@functools.cache
+# Held while the vector ISA is probed: a caller meanwhile waits for that answer instead of
+# probing again beside it (probe_vec_isa_early starts the probes on a thread of their own).
+_CPU_DESCRIPTION_LOCK = threading.RLock()
+
+
 def cpu_description() -> str:
     """CPU model name plus the vector ISA Inductor's C++ backend will use."""
+    with _CPU_DESCRIPTION_LOCK:
+        return _cpu_description()
+
+
+def probe_vec_isa_early() -> threading.Thread:
+    """Start Inductor's vector-ISA probes now, on a daemon thread, in a copy of the caller's
+    context (torch 2.13 keeps an assigned config option per thread).
+
+    A CPU job's cache keys name the ISA, so its first compile asks for it first, and the probes
+    are a large part of a small model's warm first call (docs/results.md): each builds a small
+    C++ program (fetched through the artifact tier, where one is stored) and starts a Python
+    process that loads it. Started while the script builds its model, they are done when the compile asks.
+    The modules they use are imported here, on the caller's thread, so the thread imports
+    nothing: two threads importing at once can meet in Python's per-module import locks."""
+    import_probe_modules()
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(cpu_description,),
+                              name="autotune-isa-probe", daemon=True)
+    thread.start()
+    return thread
+
+
+def import_probe_modules() -> None:
+    """Every module the vector-ISA probes import (tests/test_isa_probes.py checks it)."""
+    import torch._inductor.codecache  # noqa: F401 - a probe writes its source and takes its file lock there
+    import torch._inductor.cpp_builder  # noqa: F401
+    import torch._inductor.cpu_vec_isa  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401 - a probe's build imports it, and setuptools with it
+
+
+@functools.cache
+def _cpu_description() -> str:
     model = cpu_model()
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa

@@ -30,8 +30,8 @@ print(reprobe_vec_isa())
 """
 
 
-def _run(code: str, cache_dir: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}  # really probe
+def _run(code: str, cache_dir: Path, *args: str, probe: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK" or not probe}  # really probe
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -50,3 +50,40 @@ def test_probing_again_in_a_fresh_cache_dir_builds_what_a_fresh_process_builds(t
     assert fresh, "a fresh process built no probe"
     assert again_isa == fresh_isa
     assert _probes(tmp_path / "again") == fresh
+
+
+# A compile's thread asking for the CPU's description while the early probes run.
+EARLY = """
+import sys
+from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+from autotune.inductor_glue import env
+env.import_probe_modules()
+before = set(sys.modules)
+thread = env.probe_vec_isa_early()
+described = env.cpu_description()
+thread.join()
+print(sorted(set(sys.modules) - before), valid_vec_isa_list.cache_info().misses, described == env.cpu_description())
+"""
+# A CPU job's warm start with the prefetch on: the description is worked out without the job asking.
+WARM = """
+import sys, time
+import autotune
+from autotune.inductor_glue import env
+autotune.warm_start(sys.argv[1])
+deadline = time.monotonic() + 120
+while env._cpu_description.cache_info().currsize == 0 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(env._cpu_description.cache_info().misses)
+"""
+
+
+def test_early_probes_import_nothing_more_and_a_caller_meanwhile_waits_for_their_answer(tmp_path: Path) -> None:
+    """The thread imports no module (import_probe_modules has them all), and the compile's
+    thread asking meanwhile gets the thread's answer: the ISAs are probed once, not twice."""
+    assert _run(EARLY, tmp_path / "early") == "[] 1 True"
+
+
+def test_a_cpu_warm_start_with_the_prefetch_probes_before_any_compile_asks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_PREFETCH", "1")
+    assert _run(WARM, tmp_path / "warm", f"sqlite:///{tmp_path / 'cache.db'}", probe=False) == "1"
