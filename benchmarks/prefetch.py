@@ -319,7 +319,7 @@ def render(run: dict[str, Any]) -> list[str]:
         paired = paired_rounds(scenarios, label("prefetch", 0.0), label("warm-start", 0.0), "whole_process_s")
         if paired is not None:
             lines.append(f"- whole process at +0s, the prefetch's process less today's in each round: slower in "
-                         f"{paired['slower']} of {paired['rounds']} rounds, by {paired['mean_s']:+.2f} s on average "
+                         f"{paired['slower']} of {paired['rounds']} rounds, a mean difference of {paired['mean_s']:+.2f} s "
                          f"(95% interval {paired['low_s']:+.2f} to {paired['high_s']:+.2f} s)")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]

@@ -205,7 +205,7 @@ def test_prefetch_processes_give_medians_and_keep_each_processs_timings(tmp_path
     run["models"]["mlp"]["scenarios"] = scenarios | {"prefetch +0s": merged}
     store.save()
     assert ("- whole process at +0s, the prefetch's process less today's in each round: slower in 2 of 3 rounds, "
-            "by +0.17 s on average (95% interval ") in (tmp_path / "prefetch.md").read_text()
+            "a mean difference of +0.17 s (95% interval ") in (tmp_path / "prefetch.md").read_text()
     with pytest.raises(SystemExit, match="--processes must be positive"):
         prefetch.main(["--processes", "0"])
 
