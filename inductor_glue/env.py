@@ -104,17 +104,22 @@ def cpu_description() -> str:
         return _cpu_description()
 
 
-def probe_vec_isa_early() -> threading.Thread:
+def probe_vec_isa_early() -> threading.Thread | None:
     """Start Inductor's vector-ISA probes now, on a daemon thread, in a copy of the caller's
-    context (torch 2.13 keeps an assigned config option per thread).
+    context (torch 2.13 keeps an assigned config option per thread); None where a module they
+    need is missing (they run at the first compile then, as they would without this).
 
     A CPU job's cache keys name the ISA, so its first compile asks for it first, and the probes
     are a large part of a small model's warm first call (docs/results.md): each builds a small
     C++ program (fetched through the artifact tier, where one is stored) and starts a Python
-    process that loads it. Started while the script builds its model, they are done when the compile asks.
-    The modules they use are imported here, on the caller's thread, so the thread imports
-    nothing: two threads importing at once can meet in Python's per-module import locks."""
-    import_probe_modules()
+    process that loads it. Started while the script builds its model, they are done when the
+    compile asks. The modules they use are imported here, on the caller's thread, so the thread
+    imports nothing: two threads importing at once can meet in Python's per-module import locks."""
+    try:
+        import_probe_modules()
+    except Exception:  # noqa: BLE001 - setuptools absent, say: never fail a warm start for an optimization
+        log.debug("the vector-ISA probes wait for the first compile", exc_info=True)
+        return None
     thread = threading.Thread(target=contextvars.copy_context().run, args=(cpu_description,),
                               name="autotune-isa-probe", daemon=True)
     thread.start()

@@ -87,3 +87,15 @@ def test_a_cpu_warm_start_with_the_prefetch_probes_before_any_compile_asks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOTUNE_PREFETCH", "1")
     assert _run(WARM, tmp_path / "warm", f"sqlite:///{tmp_path / 'cache.db'}", probe=False) == "1"
+
+# setuptools missing (a bare Python 3.12 venv has none): the probes' build module cannot import.
+NO_SETUPTOOLS = """
+import sys
+from autotune.inductor_glue import env
+sys.modules["torch.utils.cpp_extension"] = None  # any import of it now raises ImportError
+print(env.probe_vec_isa_early())
+"""
+
+
+def test_early_probes_that_cannot_import_their_modules_leave_the_probes_to_the_compile(tmp_path: Path) -> None:
+    assert _run(NO_SETUPTOOLS, tmp_path / "bare", probe=False) == "None"
