@@ -710,7 +710,8 @@ def merge_files(paths: list[Path]) -> list[dict[str, Any]]:
             if into.get("machine") and into["machine"].get("torch") != machine.get("torch"):
                 raise BadInput(f"{path} was taken with torch {machine.get('torch')!r}, an earlier file with "
                                f"{into['machine'].get('torch')!r}: merge only results of one torch per machine")
-            into.update({k: v for k, v in report.items() if k not in ("models", "invocations")}, label=label)
+            _note_host(into, machine, report.get("other_hosts", []))
+            into.update({k: v for k, v in report.items() if k not in _KEPT_APART}, label=label)
             into["invocations"] += [i for i in report.get("invocations", []) if i not in into["invocations"]]
             for model, entry in report.get("models", {}).items():
                 target = into["models"].setdefault(model, {})
@@ -722,6 +723,24 @@ def merge_files(paths: list[Path]) -> list[dict[str, Any]]:
     for report in merged.values():
         report["invocations"].sort(key=lambda invocation: invocation.get("date", ""))
     return list(merged.values())
+
+
+# What a later file does not overwrite: its rows and invocations are joined in, and its host is
+# listed beside the run's first (the run's header names the machine of the table it was merged into).
+_KEPT_APART = ("models", "invocations", "machine", "other_hosts")
+
+
+def _note_host(into: dict[str, Any], machine: dict[str, Any], others: list[str]) -> None:
+    """Keep the run's first machine; list every other host its files ran on (more cores, another
+    host kind) once, so the header does not name the last file's host as every step's."""
+    into.setdefault("machine", machine)
+    listed = into.setdefault("other_hosts", [])
+    first = harness.machine_line(into["machine"])
+    for host in [harness.machine_line(machine), *others]:
+        if host != first and host not in listed:
+            listed.append(host)
+    if not listed:
+        del into["other_hosts"]
 
 
 def _merge_steps(into: dict[str, Any], later: dict[str, Any]) -> None:

@@ -290,6 +290,7 @@ def markdown(data: dict[str, Any], title: str, render: Callable[[dict[str, Any]]
     lines = [f"# {title}", "", f"Made from `{data['benchmark']}.json` (every figure, with each child's details).", ""]
     for entry in data["runs"]:
         lines += [f"## {entry.get('label')}", "", f"- machine: {machine_line(entry.get('machine') or {})}",
+                  *(f"- also on: {host}" for host in entry.get("other_hosts", [])),
                   f"- date {entry.get('date')}, code {entry.get('commit') or 'unrecorded'}: "
                   f"`{entry.get('command')}`"]
         lines += [f"- {entry['note']}"] if entry.get("note") else []

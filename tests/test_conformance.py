@@ -479,6 +479,28 @@ def test_merge_joins_one_queue_per_gpu_and_keeps_each_machine_apart(conf: Module
     assert conf.main(["--merge", str(first), str(newer), "--out", str(out)]) == 2
 
 
+def test_merge_keeps_the_tables_host_and_lists_another_host_its_rows_ran_on(conf: ModuleType, tmp_path: Path) -> None:
+    """2026-11-29: two rows run on a 2x H200 host (32 cores) merged into a table of 1x H200 hosts
+    (16 cores) made the whole table's header name the 32-core host."""
+    def results(name: str, cores: int, model: str) -> Path:
+        path = tmp_path / name
+        machine = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "cpu_count": cores}
+        path.write_text(json.dumps({"machine": machine, "invocations": [{"date": name, "argv": name}],
+                                    "models": {model: {"modes": {"infer": {"steps": {"sweep": {"status": "ok"}}}}}}}))
+        return path
+
+    table, wider, again = results("t.json", 16, "bert"), results("w.json", 32, "t5"), results("a.json", 32, "gpt2")
+    out = tmp_path / "out"
+    assert conf.main(["--merge", str(table), str(wider), str(again), "--out", str(out)]) == 0
+    (run,) = harness.load(out / "conformance.json")["runs"]
+    assert run["machine"]["cpu_count"] == 16 and set(run["models"]) == {"bert", "t5", "gpt2"}
+    assert len(run["other_hosts"]) == 1 and "(32 cores)" in run["other_hosts"][0]
+    markdown = (out / "conformance.md").read_text()
+    assert "- machine: NVIDIA H200 x1; - (16 cores)" in markdown and "- also on: NVIDIA H200 x1; - (32 cores)" in markdown
+    (alone,) = conf.merge_files([table])
+    assert "other_hosts" not in alone
+
+
 def test_merge_keeps_what_a_cut_call_did_not_redo_and_files_a_narrower_sweep_by_its_dynamic_mode(
         conf: ModuleType, tmp_path: Path) -> None:
     """Runs 117-119: a device call that ran out of time left its warm starts "skipped", and a
