@@ -16,8 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -32,7 +31,6 @@ from autotune.cache import (
     CacheError,
     CacheUnavailable,
     ImportValidationError,
-    MissRecord,
     ReadOnlyError,
     SchemaOutdated,
     Store,
@@ -42,6 +40,18 @@ from autotune.cache.errors import MalformedRow
 from autotune.cache.signing import KeyFileError
 from autotune.cache.text import escape_control
 from autotune.inductor_glue.modelfile import ModelFileError
+from autotune.listing import (
+    Column,
+    artifact_summary,
+    fit_widths,
+    fmt_age,
+    fmt_bytes,
+    miss_summary,
+    result_summary,
+    short_device,
+    short_key,
+    winner_label,
+)
 from autotune.plan import fmt_ms as _fmt_ms
 from autotune.plan import fmt_speedup as _fmt_speedup
 from autotune.plan import shape_summary
@@ -212,100 +222,13 @@ def _signing_key_option(what: str) -> Callable[[Any], Any]:
                         help=f"Sign and publish {what} with this private key [default: $AUTOTUNE_SIGNING_KEY].")
 
 
-# ------------------------------------------------------------------ formatting
+# ------------------------------------------------------------------ printing
 
 
-def _winner_label(result: TuningResult) -> str:
-    winner = result.winner
-    return "-" if winner is None else f"{winner.name} {winner.description}".strip()
-
-
-def _result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
-    winner = result.winner
-    return {
-        "id": row_id,
-        "op": result.request.op,
-        "shapes": shape_summary(result.request),
-        "device": result.env.device_name,
-        "torch_version": result.env.torch_version,
-        "status": result.status,
-        "winner": None if winner is None else winner.name,
-        "winner_description": None if winner is None else winner.description,
-        "winner_time_ms": None if winner is None else winner.time_ms,
-        "aten_time_ms": result.aten_time_ms,
-        "speedup_over_aten": result.speedup_over_aten,
-        "key": result.request.key,
-    }
-
-
-def _fmt_bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "kB", "MB", "GB"):
-        if size < 1000 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
-
-
-def _fmt_age(created_at: datetime) -> str:
-    seconds = max(0.0, (datetime.now(timezone.utc) - created_at).total_seconds())
-    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= length:
-            return f"{seconds // length:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def _short_key(key: str, width: int = 40) -> str:
-    # Both ends: Inductor's keys differ in their hash, which may sit at either end.
-    if len(key) <= width:
-        return key
-    head = (width - 1) // 2
-    return f"{key[:head]}…{key[-(width - 1 - head):]}"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
-def _short_device(name: str, width: int) -> str:
-    """A device name cut to ``width``: its vendor's name goes first ("NVIDIA <model>")."""
-    if len(name) > width:
-        name = name.split(" ", 1)[-1] if name.split(" ", 1)[0] in ("NVIDIA", "AMD", "Intel(R)") else name
-    return _clip(name, width)
-
-
-@dataclass(frozen=True)
-class _Column:
-    """A column of a listing: ``least``, the width it may be cut to (``cut``) so that a row
-    fits the terminal; None: never cut."""
-
-    header: str
-    right: bool = False
-    least: int | None = None
-    cut: Callable[[str, int], str] = _clip
-
-
-def _fit(columns: list[_Column], rows: list[list[str]], width: int) -> list[int]:
-    """Each column's width: its widest cell, less what the rows must lose to fit ``width``,
-    taken one character at a time from the column that has the most to spare."""
-    widths = [max([len(c.header)] + [len(row[i]) for row in rows]) for i, c in enumerate(columns)]
-    excess = sum(widths) + 2 * (len(columns) - 1) - width
-    while excess > 0:
-        spare = [(widths[i] - c.least, i) for i, c in enumerate(columns) if c.least is not None]
-        most, widest = max(spare, default=(0, -1))
-        if most <= 0:
-            break  # cut as far as they go: a narrower terminal wraps
-        widths[widest] -= 1
-        excess -= 1
-    return widths
-
-
-def _print_listing(columns: list[_Column], rows: list[list[str]]) -> None:
+def _print_listing(columns: list[Column], rows: list[list[str]]) -> None:
     """A header and a line per row, in columns cut to fit the terminal; whole into a pipe or a file."""
     out = _out()
-    widths = _fit(columns, rows, out.width if out.is_terminal else sys.maxsize)
+    widths = fit_widths(columns, rows, out.width if out.is_terminal else sys.maxsize)
 
     def line(cells: list[str]) -> str:
         parts = [c.cut(cell, w) for c, cell, w in zip(columns, cells, widths)]
@@ -314,34 +237,6 @@ def _print_listing(columns: list[_Column], rows: list[list[str]]) -> None:
     out.print(f"[bold]{escape(line([c.header for c in columns]))}[/bold]")
     for row in rows:
         out.print(escape(line(row)))
-
-
-def _artifact_summary(info: ArtifactInfo) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "kind": info.kind,
-        "key": info.key,
-        "size": info.size,
-        "digest": info.digest,
-        "signer": info.signer,
-        "torch_version": info.torch_version,
-        "device": info.device,
-        "host": info.host,
-        "created_at": info.created_at.isoformat(),
-    }
-
-
-def _miss_summary(miss: MissRecord) -> dict[str, Any]:
-    return {
-        "op": miss.request.op,
-        "shapes": shape_summary(miss.request),
-        "device": miss.env.device_name,
-        "count": miss.count,
-        "first_seen": miss.first_seen.isoformat(),
-        "last_seen": miss.last_seen.isoformat(),
-        "host": miss.host,
-        "key": miss.request.key,
-    }
 
 
 # ---------------------------------------------------------------------- groups
@@ -401,7 +296,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
         elif name.endswith("_bytes"):
-            value = _fmt_bytes(value)
+            value = fmt_bytes(value)
         out.print(f"[bold]{name.replace('_', ' '):<18}[/bold] {escape(str(value))}")
 
 
@@ -442,14 +337,14 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
         return
     rows = store.list_results(op=op, device=device, limit=limit or None)
     if as_json:
-        click.echo(json.dumps([_result_summary(i, r) for i, r in rows], indent=2))
+        click.echo(json.dumps([result_summary(i, r) for i, r in rows], indent=2))
         _exit_if_malformed(rows)
         return
-    columns = [_Column("id", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
-               _Column("winner", least=10), _Column("time", right=True), _Column("vs aten", right=True),
-               _Column("status")]
+    columns = [Column("id", right=True), Column("request", least=22), Column("device", least=10, cut=short_device),
+               Column("winner", least=10), Column("time", right=True), Column("vs aten", right=True),
+               Column("status")]
     _print_listing(columns, [
-        [str(row_id), shape_summary(result.request), result.env.device_name, _winner_label(result),
+        [str(row_id), shape_summary(result.request), result.env.device_name, winner_label(result),
          _fmt_ms(result.winner.time_ms if result.winner else None), _fmt_speedup(result.speedup_over_aten),
          result.status]
         for row_id, result in rows])
@@ -469,14 +364,14 @@ def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | N
 
 def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps([_artifact_summary(a) for a in found], indent=2))
+        click.echo(json.dumps([artifact_summary(a) for a in found], indent=2))
         return
-    columns = [_Column("id", right=True), _Column("kind"), _Column("key", least=16, cut=_short_key),
-               _Column("size", right=True), _Column("signer", least=8), _Column("torch", least=8),
-               _Column("device", least=10, cut=_short_device), _Column("age", right=True)]
+    columns = [Column("id", right=True), Column("kind"), Column("key", least=16, cut=short_key),
+               Column("size", right=True), Column("signer", least=8), Column("torch", least=8),
+               Column("device", least=10, cut=short_device), Column("age", right=True)]
     _print_listing(columns, [
-        [str(info.id), info.kind, _short_key(info.key), _fmt_bytes(info.size), info.signer or "unsigned", info.torch_version,
-         info.device, _fmt_age(info.created_at)]
+        [str(info.id), info.kind, short_key(info.key), fmt_bytes(info.size), info.signer or "unsigned", info.torch_version,
+         info.device, fmt_age(info.created_at)]
         for info in found])
     if not found:
         _err().print("No cached artifacts match.")
@@ -493,11 +388,11 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
     ]
     found = found[:limit] if limit else found
     if as_json:
-        click.echo(json.dumps([_miss_summary(m) for m in found], indent=2))
+        click.echo(json.dumps([miss_summary(m) for m in found], indent=2))
         _exit_if_malformed(logged)
         return
-    columns = [_Column("count", right=True), _Column("request", least=22), _Column("device", least=10, cut=_short_device),
-               _Column("last seen"), _Column("host", least=8)]
+    columns = [Column("count", right=True), Column("request", least=22), Column("device", least=10, cut=short_device),
+               Column("last seen"), Column("host", least=8)]
     _print_listing(columns, [
         [str(miss.count), shape_summary(miss.request), miss.env.device_name, f"{miss.last_seen:%Y-%m-%d %H:%M:%S}",
          miss.host]
