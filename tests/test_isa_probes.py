@@ -31,7 +31,8 @@ print(reprobe_vec_isa())
 
 
 def _run(code: str, cache_dir: Path, *args: str, probe: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK" or not probe}  # really probe
+    # probe: drop a set TORCHINDUCTOR_VEC_ISA_OK, so the child really probes; else keep the environment's
+    env = {k: v for k, v in os.environ.items() if not (probe and k == "TORCHINDUCTOR_VEC_ISA_OK")}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -87,6 +88,7 @@ def test_a_cpu_warm_start_with_the_prefetch_probes_before_any_compile_asks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOTUNE_PREFETCH", "1")
     assert _run(WARM, tmp_path / "warm", f"sqlite:///{tmp_path / 'cache.db'}", probe=False) == "1"
+
 
 # setuptools missing (a bare Python 3.12 venv has none): the probes' build module cannot import.
 NO_SETUPTOOLS = """
