@@ -19,9 +19,11 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
                read_only: bool = False, **kwargs: Any) -> WarmStart:
     """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
-    With ``AUTOTUNE_BACKGROUND_INSTALL=1`` (and the prefetch on) it returns at once and the hook
-    installs on a thread while the script goes on; ``torch.compile`` and Inductor's selector
-    wait for it (autotune/background.py). Bad settings and key files raise here either way."""
+    With the prefetch on (the default) it returns at once and the hook installs on a thread
+    while the script goes on; ``torch.compile``, Inductor's selector and the script's imports of
+    torch's modules wait for it (autotune/background.py, autotune/import_gate.py).
+    ``AUTOTUNE_BACKGROUND_INSTALL=0`` installs before returning. Bad settings and key files
+    raise here either way."""
     from typing import cast
 
     from .settings import load_keys, warm_start_settings
@@ -34,6 +36,10 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
         return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
     if not (settings.prefetch and settings.background_install):
+        return install()
+    from . import import_gate
+
+    if not import_gate.install():  # a Python whose imports it cannot hold: install here
         return install()
     from .background import PendingWarmStart
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.inductor_glue.selector_hold import Hold
 
-from . import compile_gate
+from . import compile_gate, import_gate
 
 if TYPE_CHECKING:
     from .hook import WarmStart
@@ -43,6 +43,9 @@ class PendingWarmStart:
         # Inductor's selector waits for the install too, from the moment Inductor is imported:
         # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
         self._held = Hold(thread)
+        # The script's imports wait for the install's: torch's modules, imported by two threads
+        # at once, hand each other unfinished modules (autotune/import_gate.py).
+        self._open_imports = import_gate.close(thread)
         thread.start()
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
@@ -53,6 +56,7 @@ class PendingWarmStart:
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
         finally:
+            self._open_imports()
             self._held.release()
             self._done.set()
             release()

@@ -131,11 +131,10 @@ class Settings:
     # (autotune/prefetch.py).
     prefetch: bool = True
     # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile and
-    # Inductor's selector wait for it (autotune/background.py, inductor_glue/selector_hold.py).
-    # Off by default: the thread imports Inductor while the script may be importing torch modules
-    # of its own, and Python's per-module import locks can then meet in a cycle, which Python
-    # breaks by failing one of the two imports, possibly the script's.
-    background_install: bool = False
+    # Inductor's selector wait for it (autotune/background.py, inductor_glue/selector_hold.py),
+    # and so do the script's imports of torch's modules, which two threads cannot import at once
+    # (autotune/import_gate.py). Off: the hook installs before warm_start() returns.
+    background_install: bool = True
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True

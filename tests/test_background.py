@@ -1,7 +1,7 @@
-"""With ``AUTOTUNE_BACKGROUND_INSTALL=1``, ``autotune.warm_start()`` returns at once and installs
-the hook on a thread; ``torch.compile`` and Inductor's selector wait for the install
-(autotune/background.py, autotune/compile_gate.py, inductor_glue/selector_hold.py). Off by
-default: the hook installs before warm_start() returns."""
+"""By default (``AUTOTUNE_BACKGROUND_INSTALL``, on), ``autotune.warm_start()`` returns at once
+and installs the hook on a thread; ``torch.compile`` and Inductor's selector wait for the install
+(autotune/background.py, autotune/compile_gate.py, inductor_glue/selector_hold.py). Turned off,
+or without the prefetch, the hook installs before warm_start() returns."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ def test_an_install_that_fails_is_one_warning_and_the_job_compiles_unserved(
     assert len(warnings) == 1 and "could not be installed" in warnings[0] and "no Inductor here" in warnings[0]
 
 
-@pytest.mark.parametrize("env", [{}, {"AUTOTUNE_BACKGROUND_INSTALL": "1", "AUTOTUNE_PREFETCH": "0"}])
-def test_by_default_or_without_the_prefetch_the_hook_installs_before_warm_start_returns(
+@pytest.mark.parametrize("env", [{"AUTOTUNE_BACKGROUND_INSTALL": "0"}, {"AUTOTUNE_PREFETCH": "0"}])
+def test_turned_off_or_without_the_prefetch_the_hook_installs_before_warm_start_returns(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
     from autotune import hook
 
@@ -87,6 +87,17 @@ def test_by_default_or_without_the_prefetch_the_hook_installs_before_warm_start_
     with autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}") as handle:
         assert isinstance(handle, hook.WarmStart) and hook._active is handle
         assert not hasattr(torch.compile, "__wrapped__")
+
+
+def test_by_default_warm_start_returns_before_the_hook_is_installed(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import hook
+
+    monkeypatch.delenv("AUTOTUNE_BACKGROUND_INSTALL", raising=False)
+    monkeypatch.delenv("AUTOTUNE_PREFETCH", raising=False)
+    with autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}") as handle:
+        assert isinstance(handle, background.PendingWarmStart)
+        assert handle.resolved() is hook._active is not None
 
 
 def test_the_gate_releases_each_hold_and_restores_compile_once_none_is_left() -> None:
