@@ -51,6 +51,9 @@ class PendingWarmStart:
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         try:
             self._handle = install()
+            # The prewarm imports little more, and is done only while nothing waits for it: the
+            # script's imports need not wait for it either.
+            self._open_imports()
             self._prewarm(stop=self._compile_waiting.is_set)
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
