@@ -10,6 +10,7 @@ installs it, the prefetch starting there. The first ``torch.compile`` waits for 
 from __future__ import annotations
 
 import contextvars
+import importlib
 import logging
 import threading
 from collections.abc import Callable
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from .hook_stats import HookStats
 
 log = logging.getLogger(__name__)
+
+# The torch modules the install imports, and through them nearly all it imports of torch's; the
+# script's imports of torch's modules wait for these (autotune/import_gate.py).
+GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm", "torch.utils.cpp_extension")
 
 
 class PendingWarmStart:
@@ -50,10 +55,12 @@ class PendingWarmStart:
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         try:
-            self._handle = install()
-            # The prewarm imports little more, and is done only while nothing waits for it: the
-            # script's imports need not wait for it either.
+            for name in GATED_IMPORTS:
+                importlib.import_module(name)
+            # Past these the install and the prewarm import little of torch's: the script's
+            # imports need not wait for the rest.
             self._open_imports()
+            self._handle = install()
             self._prewarm(stop=self._compile_waiting.is_set)
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 THREAD_PREFIX = "autotune-"  # the hook's threads: never held
 # Top-level packages whose modules the install imports and which import each other in cycles.
-GATED_PACKAGES = frozenset({"torch", "functorch", "torchgen", "triton", "sympy", "autotune"})
+GATED_PACKAGES = frozenset({"torch", "functorch", "torchgen", "triton", "sympy"})
 STALL_S = 1.0  # the install imported nothing new for this long: it may wait for the waiter
 _POLL_S = 0.02
 
