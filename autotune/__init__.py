@@ -19,11 +19,11 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
                read_only: bool = False, **kwargs: Any) -> WarmStart:
     """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
-    With the prefetch on (the default) it returns at once and the hook installs on a thread
-    while the script goes on; ``torch.compile``, Inductor's selector and the script's imports of
-    torch's modules wait for it (autotune/background.py, autotune/import_gate.py).
-    ``AUTOTUNE_BACKGROUND_INSTALL=0`` installs before returning. Bad settings and key files
-    raise here either way."""
+    Where torch sees a CUDA GPU (and the prefetch is on, the default) it returns at once and the
+    hook installs on a thread while the script goes on; ``torch.compile``, Inductor's selector
+    and the script's imports of torch's modules wait for it (autotune/background.py,
+    autotune/import_gate.py). ``AUTOTUNE_BACKGROUND_INSTALL`` 0 or 1 decides it on any machine.
+    Bad settings and key files raise here either way."""
     from typing import cast
 
     from .settings import load_keys, warm_start_settings
@@ -35,7 +35,7 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
         return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
-    if not (settings.prefetch and settings.background_install):
+    if not (settings.prefetch and _installs_on_a_thread(settings.background_install)):
         return install()
     from . import import_gate
 
@@ -47,3 +47,12 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
     # It answers every attribute of a WarmStart, once installed.
     return cast("WarmStart", PendingWarmStart(install))
+
+
+def _installs_on_a_thread(setting: bool | None) -> bool:
+    """The setting, else whether torch sees a CUDA GPU (``Settings.background_install`` says why)."""
+    if setting is not None:
+        return setting
+    import torch
+
+    return bool(torch.cuda.is_available())

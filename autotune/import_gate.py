@@ -22,8 +22,8 @@ loading weights and data) still runs beside the install. A wait never outlasts i
 The gate wraps ``_find_and_load`` and ``_lock_unlock_module`` of ``importlib._bootstrap``, the
 two functions CPython calls for a module that is missing or still executing (a complete one
 never reaches them). They are CPython's, not torch's, so they are declared here, not in
-``inductor_glue/seams.py``; both exist with these names from 3.10 to 3.14, and a Python
-without them is left alone (``install()`` says so, and the hook then installs before
+``inductor_glue/seams.py``. Both have had these names and arguments since Python 3.3 (checked
+on 3.11 and 3.12); a Python without them is left alone (``install()`` says so, and the hook then installs before
 ``warm_start()`` returns).
 """
 
@@ -113,14 +113,18 @@ def _wait_for_the_gate(name: str) -> None:
     global _waits
     _waits += 1
     me = threading.get_ident()
-    seen, since = len(sys.modules), time.monotonic()
+    began = time.monotonic()
+    seen, since, why = len(sys.modules), began, "its imports are done"
     while not _open.wait(_POLL_S):
         if _importer_waits_for(me):
+            why = "the install waits for this thread's import"
             break
         if len(sys.modules) != seen:
             seen, since = len(sys.modules), time.monotonic()
         elif time.monotonic() - since > STALL_S:
+            why = "the install imported nothing more"
             break
+    log.debug("autotune: importing %s waited %.2f s for the hook's install (%s)", name, time.monotonic() - began, why)
 
 
 def _complete(name: str) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autotune.cache.errors import find_cause
 
-from .hook import warm_start
+from . import warm_start
 from .hook_stats import CacheMissError, HookStats
 from .settings import Settings
 
@@ -17,7 +17,9 @@ def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, H
     """Run ``script`` in this process under warm_start; return (exit code, hook stats).
 
     A miss under ``on_miss="error"`` raises CacheMissError itself, out of the wrappers
-    torch puts around an error in a compile (its message is the line a user needs)."""
+    torch puts around an error in a compile (its message is the line a user needs). The hook
+    installs as ``autotune.warm_start()`` installs it: on a thread while the script starts,
+    unless ``background_install`` is off."""
     path = Path(script)
     handle = warm_start(settings.cache, on_miss=settings.on_miss, write_back=settings.write_back,
                         read_only=settings.read_only, settings=settings)

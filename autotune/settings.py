@@ -133,8 +133,11 @@ class Settings:
     # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile and
     # Inductor's selector wait for it (autotune/background.py, inductor_glue/selector_hold.py),
     # and so do the script's imports of torch's modules, which two threads cannot import at once
-    # (autotune/import_gate.py). Off: the hook installs before warm_start() returns.
-    background_install: bool = True
+    # (autotune/import_gate.py). Off: the hook installs before warm_start() returns. None (the
+    # default): on where torch sees a CUDA GPU. A CPU job's first compile lowers its graphs and
+    # probes the ISA, which the thread's work then competes with for the same cores
+    # (docs/results.md, the prefetch).
+    background_install: bool | None = None
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True
