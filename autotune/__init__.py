@@ -53,6 +53,6 @@ def _installs_on_a_thread(setting: bool | None) -> bool:
     """The setting, else whether torch sees a CUDA GPU (``Settings.background_install`` says why)."""
     if setting is not None:
         return setting
-    import torch
+    from .inductor_glue.env import default_device
 
-    return bool(torch.cuda.is_available())
+    return default_device() == "cuda"
