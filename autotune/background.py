@@ -40,6 +40,7 @@ class PendingWarmStart:
         self._done = threading.Event()
         self._compile_waiting = threading.Event()  # a compile came before the install ended
         self._handle: WarmStart | None = None
+        self._script = threading.current_thread()  # the thread that builds the model, then compiles
         release = compile_gate.hold(self._wait_to_compile)
         # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
         # and the install (the pattern passes it registers) must see the script's, not torch's defaults.
@@ -61,7 +62,7 @@ class PendingWarmStart:
             # imports need not wait for the rest.
             self._open_imports()
             self._handle = install()
-            self._prewarm(stop=self._compile_waiting.is_set)
+            self._prewarm(stop=self._compile_waiting.is_set, script=self._script)
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
@@ -72,15 +73,19 @@ class PendingWarmStart:
             release()
 
     @staticmethod
-    def _prewarm(stop: Callable[[], bool]) -> None:
+    def _prewarm(stop: Callable[[], bool], script: threading.Thread) -> None:
         """Inductor's pattern passes, registered while the script builds its model rather than in
         its first compile (which waits for this install, so never runs beside it); on a thread
         that outlives the process where it must (``prewarm_compile_passes`` says why). Once a
         compile waits, the rest are left to it: nothing is left to overlap, and a compile whose
-        graphs the cache serves registers only the passes it runs."""
+        graphs the cache serves registers only the passes it runs. Each pass waits while the
+        script is busy on a CPU (autotune/script_pace.py): a served compile may need none of
+        them, and beside a busy script they would lengthen its building by their own length."""
         from autotune.inductor_glue.env import default_device, prewarm_compile_passes
 
-        prewarm_compile_passes(default_device(), stop=stop)
+        from .script_pace import pace_for
+
+        prewarm_compile_passes(default_device(), stop=stop, pace=pace_for(script, stop))
 
     def _wait_to_compile(self) -> None:
         """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""

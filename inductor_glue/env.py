@@ -325,12 +325,13 @@ def prewarm_triton_backend() -> threading.Thread | None:
     return thread
 
 
-def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False) -> int:
+def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False,
+                           pace: Callable[[], None] = lambda: None) -> int:
     """Register Inductor's pattern passes now, as the first compile on ``device`` would: the
     background install does it while the script builds its model, so the first compile finds
     them done (a small model's first call spent a large share of its time there). Before each
-    pass, ``stop()`` true leaves it and the rest to the compile. Never raises; how many it
-    registered.
+    pass, ``pace()`` returns once the pass may run (the caller's choice of when), then
+    ``stop()`` true leaves it and the rest to the compile. Never raises; how many it registered.
 
     They are registered on a thread of this function's own, which never exits where it must
     not: tracing the patterns enters ``FakeTensorMode``, and its first entry in a process with a
@@ -344,8 +345,8 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
     install thread waits for it and exits as before."""
     done = threading.Event()
     warmed: list[int] = []
-    threading.Thread(target=_register_passes, args=(device, warmed, done, stop), name="autotune-inductor-passes",
-                     daemon=True).start()
+    threading.Thread(target=_register_passes, args=(device, warmed, done, stop, pace),
+                     name="autotune-inductor-passes", daemon=True).start()
     done.wait()
     return warmed[0] if warmed else 0
 
@@ -354,7 +355,8 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
 _OUTLIVE_THE_PROCESS = threading.Event()
 
 
-def _register_passes(device: str, warmed: list[int], done: threading.Event, stop: Callable[[], bool]) -> None:
+def _register_passes(device: str, warmed: list[int], done: threading.Event, stop: Callable[[], bool],
+                     pace: Callable[[], None]) -> None:
     traced = False
     try:
         import torch
@@ -363,6 +365,7 @@ def _register_passes(device: str, warmed: list[int], done: threading.Event, stop
 
         count = 0
         for seam in LAZY_PASSES:
+            pace()
             if stop():
                 break
             try:
