@@ -19,13 +19,17 @@ from collections.abc import Callable
 # spent on a CPU. A script that used less than BUSY_SHARE of it is idle.
 WINDOW_S = 0.05
 BUSY_SHARE = 0.2
+# How long one piece of work waits at most; past it, it runs beside the busy script. A script
+# whose other thread waits for the install (Inductor's selector is held until it ends) while its
+# own thread spins for that thread's result must not wait for good.
+MAX_WAIT_S = 10.0
 
 
 def cpu_clock(thread: threading.Thread) -> int | None:
     """The thread's CPU-time clock, None where the platform has none (macOS, Windows) or the
-    thread is not running. Asked only of a live thread: the clock's id is then the kernel's
-    thread id, which outlives nothing (a read after the thread ended fails), whereas the pthread
-    handle it is read from must not be used once the thread has ended."""
+    thread is not running. Asked only of a live thread: the pthread handle it is read from must
+    not be used once the thread has ended, whereas a read of the clock it gives (the kernel's
+    thread) fails cleanly then."""
     getter = getattr(time, "pthread_getcpuclockid", None)
     if getter is None or thread.ident is None or not thread.is_alive():
         return None
@@ -38,14 +42,16 @@ def cpu_clock(thread: threading.Thread) -> int | None:
 
 
 def wait_while_busy(script: threading.Thread, stop: Callable[[], bool], window_s: float = WINDOW_S,
-                    busy_share: float = BUSY_SHARE) -> None:
+                    busy_share: float = BUSY_SHARE, max_wait_s: float = MAX_WAIT_S) -> None:
     """Return once ``script`` spent less than ``busy_share`` of a ``window_s`` sample on a CPU,
-    once ``stop()`` is true, or at once where its CPU clock cannot be read. Never raises."""
+    once ``stop()`` is true, after ``max_wait_s``, or at once where its CPU clock cannot be read.
+    Never raises."""
     clock = cpu_clock(script)
     if clock is None:
         return
+    deadline = time.monotonic() + max_wait_s
     try:
-        while not stop():
+        while not stop() and time.monotonic() < deadline:
             before = time.clock_gettime(clock)
             time.sleep(window_s)
             if time.clock_gettime(clock) - before < busy_share * window_s:

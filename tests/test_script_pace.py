@@ -1,6 +1,6 @@
 """The background install's optional work waits while the script is busy on a CPU
 (autotune/script_pace.py): it goes at once beside a sleeping script, not before a busy one has
-stopped, and never past ``stop()``."""
+stopped, and never past ``stop()`` or its limit."""
 
 from __future__ import annotations
 
@@ -62,6 +62,16 @@ def test_stop_ends_the_wait_beside_a_busy_script() -> None:
     until.set()
     script.join()
     assert stop.is_set() and still_spinning
+
+
+def test_the_wait_beside_a_busy_script_has_a_limit() -> None:
+    until, marks = threading.Event(), {}
+    script = _script("spin", until, marks)
+    script_pace.wait_while_busy(script, stop=lambda: False, max_wait_s=0.3)
+    still_spinning = not until.is_set()
+    until.set()
+    script.join()
+    assert still_spinning
 
 
 def test_a_thread_that_ended_is_not_waited_for() -> None:
