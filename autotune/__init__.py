@@ -6,6 +6,7 @@ imported until a function that needs it is called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -36,17 +37,27 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
         return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
     if not (settings.prefetch and _installs_on_a_thread(settings.background_install)):
-        return install()
+        return _timed(install)
     from . import import_gate
 
     if not import_gate.install():  # a Python whose imports it cannot hold: install here
-        return install()
+        return _timed(install)
     from .background import PendingWarmStart
 
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
     return cast("WarmStart", PendingWarmStart(install))
+
+
+def _timed(install: Callable[[], WarmStart]) -> WarmStart:
+    """The install before ``warm_start()`` returns, its seconds in the handle's stats."""
+    import time
+
+    began = time.perf_counter()
+    handle = install()
+    handle.stats.install_s = time.perf_counter() - began
+    return handle
 
 
 def _installs_on_a_thread(setting: bool | None) -> bool:

@@ -13,6 +13,7 @@ import contextvars
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,10 @@ class PendingWarmStart:
     unserved, with one warning, and empty stats; it never raises into the job."""
 
     def __init__(self, install: Callable[[], WarmStart]) -> None:
+        self._began = time.perf_counter()
+        self._install_s = 0.0
+        self._install_wait_s = 0.0  # torch.compile's waits for the install
+        self._passes_prewarmed = 0
         self._done = threading.Event()
         self._compile_waiting = threading.Event()  # a compile came before the install ended
         self._handle: WarmStart | None = None
@@ -62,18 +67,19 @@ class PendingWarmStart:
             # imports need not wait for the rest.
             self._open_imports()
             self._handle = install()
-            self._prewarm(stop=self._compile_waiting.is_set, script=self._script)
+            self._passes_prewarmed = self._prewarm(stop=self._compile_waiting.is_set, script=self._script)
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
         finally:
+            self._install_s = time.perf_counter() - self._began
             self._open_imports()
             self._held.release()
             self._done.set()
             release()
 
     @staticmethod
-    def _prewarm(stop: Callable[[], bool], script: threading.Thread) -> None:
+    def _prewarm(stop: Callable[[], bool], script: threading.Thread) -> int:
         """Inductor's pattern passes, registered while the script builds its model rather than in
         its first compile (which waits for this install, so never runs beside it); on a thread
         that outlives the process where it must (``prewarm_compile_passes`` says why). Once a
@@ -85,13 +91,16 @@ class PendingWarmStart:
 
         from .script_pace import pace_for
 
-        prewarm_compile_passes(default_device(), stop=stop, pace=pace_for(script, stop))
+        return prewarm_compile_passes(default_device(), stop=stop, pace=pace_for(script, stop))
 
     def _wait_to_compile(self) -> None:
         """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""
-        if not self._done.is_set():
-            self._compile_waiting.set()
+        if self._done.is_set():
+            return
+        self._compile_waiting.set()
+        began = time.perf_counter()
         self._done.wait()
+        self._install_wait_s += time.perf_counter() - began
 
     def _wait(self) -> None:
         self._done.wait()
@@ -104,11 +113,17 @@ class PendingWarmStart:
     @property
     def stats(self) -> HookStats:
         handle = self.resolved()
-        if handle is not None:
-            return handle.stats
-        from .hook_stats import HookStats
+        if handle is None:
+            from .hook_stats import HookStats
 
-        return HookStats(errors=1)
+            stats = HookStats(errors=1)
+        else:
+            stats = handle.stats
+        stats.install_s = self._install_s
+        stats.install_wait_s = self._install_wait_s
+        stats.import_wait_s = import_gate.waited_s()
+        stats.passes_prewarmed = self._passes_prewarmed
+        return stats
 
     def uninstall(self) -> None:
         handle = self.resolved()

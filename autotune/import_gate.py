@@ -51,6 +51,7 @@ _open = threading.Event()
 _open.set()
 _importer: list[threading.Thread] = []  # the closed gate's importing thread
 _waits = 0  # imports that waited for the gate, for tests and the log
+_waited_s = 0.0  # their seconds, for the hook's stats
 
 
 def install() -> bool:
@@ -96,6 +97,11 @@ def waits() -> int:
     return _waits
 
 
+def waited_s() -> float:
+    """Seconds imports have waited for the gate in this process."""
+    return _waited_s
+
+
 def _find_and_load(name: str, import_: Any) -> Any:
     _wait_for_the_gate(name)
     return _original["_find_and_load"](name, import_)
@@ -110,8 +116,9 @@ def _wait_for_the_gate(name: str) -> None:
     if _open.is_set() or name.partition(".")[0] not in GATED_PACKAGES or _complete(name) \
             or threading.current_thread().name.startswith(THREAD_PREFIX):
         return
-    global _waits
-    _waits += 1
+    global _waits, _waited_s
+    with _lock:
+        _waits += 1
     me = threading.get_ident()
     began = time.monotonic()
     seen, since, why = len(sys.modules), began, "its imports are done"
@@ -124,7 +131,10 @@ def _wait_for_the_gate(name: str) -> None:
         elif time.monotonic() - since > STALL_S:
             why = "the install imported nothing more"
             break
-    log.debug("autotune: importing %s waited %.2f s for the hook's install (%s)", name, time.monotonic() - began, why)
+    waited = time.monotonic() - began
+    with _lock:
+        _waited_s += waited
+    log.debug("autotune: importing %s waited %.2f s for the hook's install (%s)", name, waited, why)
 
 
 def _complete(name: str) -> bool:

@@ -157,7 +157,9 @@ def _after(args: argparse.Namespace, result: dict[str, Any], handle: Any) -> Non
         stats = handle.stats.as_dict()
         result["hook"] = {k: stats[k] for k in ("hits", "misses", "artifacts_loaded", "artifacts_rejected",
                                                  "prefetched_rows", "prefetched_artifacts", "prefetch_s",
-                                                 "prefetch_waits", "prefetch_wait_s", "store_wait_s")}
+                                                 "prefetch_waits", "prefetch_wait_s", "store_wait_s",
+                                                 "install_s", "install_wait_s", "import_wait_s",
+                                                 "passes_prewarmed")}
     if args.scenario == "floor-save":
         import torch
 
