@@ -15,11 +15,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.inductor_glue.selector_hold import Hold
 
 from . import compile_gate, import_gate
+from .script_pace import Pace, own_cpu_clock
 
 if TYPE_CHECKING:
     from .hook import WarmStart
@@ -38,14 +40,14 @@ class PendingWarmStart:
     unserved, with one warning, and empty stats; it never raises into the job."""
 
     def __init__(self, install: Callable[[], WarmStart]) -> None:
-        self._began = time.perf_counter()
-        self._install_s = 0.0
-        self._install_wait_s = 0.0  # torch.compile's waits for the install
-        self._passes_prewarmed = 0
+        self._timeline = _Timeline(began=time.perf_counter(), imports_waited_before=import_gate.waited_s())
         self._done = threading.Event()
         self._compile_waiting = threading.Event()  # a compile came before the install ended
+        self._awaited = threading.Event()  # something else waits for the install to end
         self._handle: WarmStart | None = None
-        self._script = threading.current_thread()  # the thread that builds the model, then compiles
+        # The CPU clock of the thread that builds the model, then compiles, read here on that
+        # thread (autotune/script_pace.py says why).
+        self._script_clock = own_cpu_clock()
         release = compile_gate.hold(self._wait_to_compile)
         # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
         # and the install (the pattern passes it registers) must see the script's, not torch's defaults.
@@ -60,6 +62,7 @@ class PendingWarmStart:
         thread.start()
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
+        timeline = self._timeline
         try:
             for name in GATED_IMPORTS:
                 importlib.import_module(name)
@@ -67,31 +70,35 @@ class PendingWarmStart:
             # imports need not wait for the rest.
             self._open_imports()
             self._handle = install()
-            self._passes_prewarmed = self._prewarm(stop=self._compile_waiting.is_set, script=self._script)
+            timeline.install_s = time.perf_counter() - timeline.began
+            timeline.passes_prewarmed = self._prewarm()
+            timeline.prewarm_s = time.perf_counter() - timeline.began - timeline.install_s
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
             log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
                         "max-autotune", type(exc).__name__, exc)
+            timeline.install_s = timeline.install_s or time.perf_counter() - timeline.began
         finally:
-            self._install_s = time.perf_counter() - self._began
             self._open_imports()
             self._held.release()
             self._done.set()
             release()
 
-    @staticmethod
-    def _prewarm(stop: Callable[[], bool], script: threading.Thread) -> int:
+    def _prewarm(self) -> int:
         """Inductor's pattern passes, registered while the script builds its model rather than in
         its first compile (which waits for this install, so never runs beside it); on a thread
         that outlives the process where it must (``prewarm_compile_passes`` says why). Once a
         compile waits, the rest are left to it: nothing is left to overlap, and a compile whose
         graphs the cache serves registers only the passes it runs. Each pass waits while the
         script is busy on a CPU (autotune/script_pace.py): a served compile may need none of
-        them, and beside a busy script they would lengthen its building by their own length."""
+        them, and beside a busy script they would lengthen its building by their own length.
+        Returns how many it registered."""
         from autotune.inductor_glue.env import default_device, prewarm_compile_passes
 
-        from .script_pace import pace_for
+        def hurry() -> bool:
+            return self._compile_waiting.is_set() or self._awaited.is_set()
 
-        return prewarm_compile_passes(default_device(), stop=stop, pace=pace_for(script, stop))
+        pace = Pace(self._script_clock, hurry)
+        return prewarm_compile_passes(default_device(), stop=self._compile_waiting.is_set, pace=pace.wait)
 
     def _wait_to_compile(self) -> None:
         """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""
@@ -100,9 +107,12 @@ class PendingWarmStart:
         self._compile_waiting.set()
         began = time.perf_counter()
         self._done.wait()
-        self._install_wait_s += time.perf_counter() - began
+        self._timeline.install_wait_s += time.perf_counter() - began
 
     def _wait(self) -> None:
+        """Any other wait for the install (the handle's attributes): the passes stop yielding."""
+        if not self._done.is_set():
+            self._awaited.set()
         self._done.wait()
 
     def resolved(self) -> WarmStart | None:
@@ -119,10 +129,7 @@ class PendingWarmStart:
             stats = HookStats(errors=1)
         else:
             stats = handle.stats
-        stats.install_s = self._install_s
-        stats.install_wait_s = self._install_wait_s
-        stats.import_wait_s = import_gate.waited_s()
-        stats.passes_prewarmed = self._passes_prewarmed
+        self._timeline.fill(stats)
         return stats
 
     def uninstall(self) -> None:
@@ -146,3 +153,22 @@ class PendingWarmStart:
 
     def __repr__(self) -> str:
         return repr(self._handle) if self._done.is_set() else "WarmStart(installing)"
+
+
+@dataclass
+class _Timeline:
+    """The install's figures for the handle's stats (hook_stats.py says what each means)."""
+
+    began: float
+    imports_waited_before: float  # the gate's total before this install: a second warm_start()
+    install_s: float = 0.0
+    prewarm_s: float = 0.0
+    install_wait_s: float = 0.0
+    passes_prewarmed: int = 0
+
+    def fill(self, stats: HookStats) -> None:
+        stats.install_s = self.install_s
+        stats.prewarm_s = self.prewarm_s
+        stats.install_wait_s = self.install_wait_s
+        stats.import_wait_s = import_gate.waited_s() - self.imports_waited_before
+        stats.passes_prewarmed = self.passes_prewarmed

@@ -89,14 +89,16 @@ class HookStats:
     prefetch_s: float = 0.0
     prefetch_waits: int = 0
     prefetch_wait_s: float = 0.0
-    # The install: seconds from warm_start() to the hook in place (on a thread: and Inductor's
-    # pattern passes registered or left to the compile), how long torch.compile and the script's
-    # imports of torch's modules waited for it (autotune/background.py, autotune/import_gate.py),
-    # and how many of the pattern passes it registered before the first compile.
+    # The install: seconds from warm_start() to the hook in place; on a thread, the seconds it
+    # then spent on Inductor's pattern passes (waiting its turn beside a busy script included),
+    # how many of them it registered before the first compile, and how long torch.compile and
+    # the script's imports of torch's modules waited for it (autotune/background.py,
+    # autotune/import_gate.py).
     install_s: float = 0.0
+    prewarm_s: float = 0.0
+    passes_prewarmed: int = 0
     install_wait_s: float = 0.0
     import_wait_s: float = 0.0
-    passes_prewarmed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

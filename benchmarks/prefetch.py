@@ -158,8 +158,8 @@ def _after(args: argparse.Namespace, result: dict[str, Any], handle: Any) -> Non
         result["hook"] = {k: stats[k] for k in ("hits", "misses", "artifacts_loaded", "artifacts_rejected",
                                                  "prefetched_rows", "prefetched_artifacts", "prefetch_s",
                                                  "prefetch_waits", "prefetch_wait_s", "store_wait_s",
-                                                 "install_s", "install_wait_s", "import_wait_s",
-                                                 "passes_prewarmed")}
+                                                 "install_s", "prewarm_s", "passes_prewarmed",
+                                                 "install_wait_s", "import_wait_s")}
     if args.scenario == "floor-save":
         import torch
 

@@ -331,7 +331,8 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
     background install does it while the script builds its model, so the first compile finds
     them done (a small model's first call spent a large share of its time there). Before each
     pass, ``pace()`` returns once the pass may run (the caller's choice of when), then
-    ``stop()`` true leaves it and the rest to the compile. Never raises; how many it registered.
+    ``stop()`` true leaves it and the rest to the compile. Never raises; how many it registered
+    (a pass already registered in this process is not counted).
 
     They are registered on a thread of this function's own, which never exits where it must
     not: tracing the patterns enters ``FakeTensorMode``, and its first entry in a process with a
@@ -365,10 +366,10 @@ def _register_passes(device: str, warmed: list[int], done: threading.Event, stop
 
         count = 0
         for seam in LAZY_PASSES:
-            pace()
-            if stop():
-                break
             try:
+                pace()
+                if stop():
+                    break
                 lazy_init = seam.resolve()
                 misses = _cache_misses(lazy_init)
                 if seam.module.endswith("joint_graph"):  # its patterns are per device, as the compile's inputs
@@ -379,8 +380,9 @@ def _register_passes(device: str, warmed: list[int], done: threading.Event, stop
                 try:
                     lazy_init(*args)
                 finally:  # a trace that raised may have entered FakeTensorMode all the same
-                    traced = traced or misses is None or _cache_misses(lazy_init) != misses
-                count += 1
+                    ran = misses is None or _cache_misses(lazy_init) != misses
+                    traced = traced or ran
+                count += ran  # a pass some compile had registered already is not counted
             except Exception:  # noqa: BLE001 - the first compile registers them itself
                 log.debug("prewarming %s failed", seam.path, exc_info=True)
         warmed.append(count)

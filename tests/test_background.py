@@ -88,7 +88,8 @@ def test_turned_off_or_without_the_prefetch_the_hook_installs_before_warm_start_
         assert isinstance(handle, hook.WarmStart) and hook._active is handle
         assert not hasattr(torch.compile, "__wrapped__")
         stats = handle.stats
-        assert stats.install_s > 0 and stats.install_wait_s == 0 and stats.passes_prewarmed == 0
+        assert stats.install_s > 0 and stats.install_wait_s == 0 and stats.passes_prewarmed == 0 \
+            and stats.prewarm_s == 0
 
 
 def test_by_default_the_hook_installs_on_a_thread_where_torch_sees_a_gpu(tmp_path: Path,
@@ -226,7 +227,7 @@ def held_install(settings):
     return install(settings)
 hook._install = held_install
 handle = autotune.warm_start(sys.argv[1], on_miss="aten")
-threading.Timer(0.5, go.set).start()
+threading.Timer(2.0, go.set).start()
 model = torch.nn.Linear(16, 8)
 compiled = torch.compile(model, mode="max-autotune")  # waits for the install
 print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
@@ -235,7 +236,7 @@ with torch.no_grad():
 print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
 print(torch.allclose(out, model(x)), handle.stats.errors)
 stats = handle.stats
-print(stats.passes_prewarmed, stats.install_wait_s >= 0.4, stats.install_s >= stats.install_wait_s)
+print(stats.passes_prewarmed, stats.install_wait_s >= 1.0, stats.install_s >= 2.0)
 """
 
 
@@ -249,12 +250,13 @@ def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_its
     assert registered_before == "0 0 0"
     assert registered_after == "1 1 1"  # by the compile, as it ran them
     assert result == "True 0"  # the right output, no error
-    assert stats == "0 True True"  # none prewarmed; the compile waited the install's held 0.5 s or more
+    assert stats == "0 True True"  # none prewarmed; the compile waited for the install, held 2 s
 
 
 BUSY_JOB = """
 import sys, time, torch, autotune
-from autotune import hook
+from autotune import hook, script_pace
+script_pace.BUSY_SHARE = 0.02  # busy: ran at all in a sample (a loaded CI machine shares its cores)
 from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
 def registered():
     return tuple(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad))
@@ -268,7 +270,8 @@ while time.monotonic() < end:
     beside.add(registered())
 print(installed_while_busy, sorted(beside))
 handle.resolved()  # the script waits, idle: the passes go now
-print(*registered(), handle.stats.passes_prewarmed)
+stats = handle.stats
+print(*registered(), stats.passes_prewarmed, stats.prewarm_s >= 1.0)
 """
 
 
@@ -278,7 +281,7 @@ def test_the_install_registers_the_passes_only_once_the_script_leaves_the_cpu_id
     done = _background_job(BUSY_JOB, tmp_path)
     while_busy, once_idle = done.stdout.splitlines()[-2:]
     assert while_busy == "True [(0, 0, 0)]"
-    assert once_idle == "1 1 1 3"
+    assert once_idle == "1 1 1 3 True"  # its time counts the 1.5 s it waited its turn
 
 
 SWITCHED_JOB = """
