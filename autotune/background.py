@@ -30,11 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The torch modules the install imports, and through them nearly all it imports of torch's; the
-# script's imports of torch's modules wait for these (autotune/import_gate.py), except a module
-# already complete. Inductor's config comes first: scripts set it at their top (a model file may),
-# and once it is complete (Dynamo with it) they go on building their model beside the rest.
-GATED_IMPORTS = ("torch._inductor.config", "torch._inductor.compile_fx", "torch._inductor.select_algorithm",
-                 "torch.utils.cpp_extension")
+# script's imports of torch's modules wait for these (autotune/import_gate.py).
+GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm", "torch.utils.cpp_extension")
 
 
 class PendingWarmStart:

@@ -123,9 +123,6 @@ def _wait_for_the_gate(name: str) -> None:
     began = time.monotonic()
     seen, since, why = len(sys.modules), began, "its imports are done"
     while not _open.wait(_POLL_S):
-        if _complete(name):  # the install imported it meanwhile (it imports what scripts need first)
-            why = "the install imported it"
-            break
         if _importer_waits_for(me):
             why = "the install waits for this thread's import"
             break

@@ -5,9 +5,8 @@ the import gate (autotune/import_gate.py).
     python -m benchmarks.import_race --processes 30 --out /tmp/race
 
 Each child, a fresh process, imports torch, then starts a thread named as the hook's install
-thread (``autotune-install``) that imports what the install imports first
-(``autotune.background.GATED_IMPORTS``: Inductor's config, ``compile_fx``, ``select_algorithm``).
-Its main thread, the script, sleeps a delay drawn from
+thread (``autotune-install``) that imports what the install imports first (Inductor's
+``compile_fx`` and ``select_algorithm``). Its main thread, the script, sleeps a delay drawn from
 the child's seed, then imports torch modules that Inductor's tree imports too (Dynamo,
 AOTAutograd, Inductor's utilities and IR, ...) in an order drawn from the same seed. With
 the gate, the install thread holds it closed as ``warm_start()`` does. A child records whether
@@ -31,6 +30,7 @@ from benchmarks import harness
 
 log = logging.getLogger("import_race")
 
+INSTALL_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm")
 SCRIPT_IMPORTS = ("torch._dynamo", "torch._functorch.aot_autograd", "torch.fx.experimental.symbolic_shapes",
                   "torch._inductor.config", "torch._inductor.lowering", "torch._inductor.ir",
                   "torch._inductor.codegen.triton", "torch._prims", "torch._refs", "torch._decomp", "sympy",
@@ -46,7 +46,6 @@ def child(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - a script has torch imported before warm_start()
 
     from autotune import import_gate
-    from autotune.background import GATED_IMPORTS
 
     rng = random.Random(args.seed)
     delay = rng.uniform(0, MAX_DELAY_S)
@@ -56,7 +55,7 @@ def child(args: argparse.Namespace) -> int:
 
     def install() -> None:
         try:
-            for name in GATED_IMPORTS:
+            for name in INSTALL_IMPORTS:
                 importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - recorded
             thread_error.append(f"{type(exc).__name__}: {exc}")

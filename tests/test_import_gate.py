@@ -21,7 +21,7 @@ from autotune import import_gate
 @pytest.fixture()
 def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A folder on sys.path for this test's modules (gated, as torch's are), and the gate in Python's import."""
-    gated = {"gate_slow", "gate_script", "gate_own", "gate_outer", "gate_inner", "gate_handler", "gate_first", "gate_last"}
+    gated = {"gate_slow", "gate_script", "gate_own", "gate_outer", "gate_inner", "gate_handler"}
     monkeypatch.setattr(import_gate, "GATED_PACKAGES", import_gate.GATED_PACKAGES | gated)
     assert import_gate.install()
     sys.path.insert(0, str(tmp_path))
@@ -55,30 +55,6 @@ def test_the_scripts_import_waits_until_the_install_has_imported(modules: Path) 
     import gate_slow  # type: ignore[import-not-found]
     assert gate_script.STARTED >= gate_slow.ENDED
     assert import_gate.waits() == waits + 1
-
-
-def test_the_scripts_import_of_a_module_the_install_has_imported_goes_on_before_the_installs_imports_end(
-        modules: Path) -> None:
-    """Inductor's config, set at a script's top, is imported first by the install: the script then
-    builds its model beside the install's other imports."""
-    _write(modules, gate_first="import time\ntime.sleep(0.3)\nVALUE = 1\n",
-           gate_last="import time\ntime.sleep(2.0)\nENDED = time.monotonic()\n")
-    install = threading.Thread(target=lambda: [__import__("gate_first"), __import__("gate_last")],
-                               name="autotune-install")
-    opening = import_gate.close(install)
-    install.start()
-    time.sleep(0.1)  # the install is inside its first import
-    try:
-        import gate_first  # type: ignore[import-not-found]
-
-        went_on = time.monotonic()
-        assert gate_first.VALUE == 1
-        install.join(timeout=10)
-        import gate_last  # type: ignore[import-not-found]
-
-        assert went_on < gate_last.ENDED - 1.0  # it did not wait for the install's last import
-    finally:
-        opening()
 
 
 def test_the_hooks_own_threads_finished_modules_and_other_packages_never_wait(modules: Path) -> None:
