@@ -59,6 +59,7 @@ DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode'
 PHASES_KEPT = 12  # each first call's longest compile phases kept in the results
 PHASES_SHOWN = ("floor +5s", "warm-start +5s", "prefetch +5s")  # whose phases the Markdown lists
 TIMINGS = ("first_call_s", "whole_process_s")  # per process; with --processes N, the medians of N
+PROCESS_DETAILS = ("setup_s", "model_build_s", "hook")  # kept for each process too: where its time went
 
 
 # --------------------------------------------------------------------------- the child
@@ -232,14 +233,14 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
 def medians(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One scenario's processes as one result: the first good process's details, its two timings
     the medians of every good process's, its benchmarks the most any process ran, and each
-    process's timings listed. One process is returned as it is."""
+    process's timings and set-up figures listed. One process is returned as it is."""
     good = [r for r in results if r.get("status") == "ok"]
     if len(results) == 1 or not good:
         return results[0]
     merged = {**good[0], "benchmarks": max(r.get("benchmarks") or 0 for r in good)}
     for key in TIMINGS:
         merged[key] = statistics.median(float(r[key]) for r in good)
-    merged["processes"] = [{k: r.get(k) for k in (*TIMINGS, "status", "error")} for r in results]
+    merged["processes"] = [{k: r[k] for k in (*TIMINGS, *PROCESS_DETAILS, "status", "error") if k in r} for r in results]
     return merged
 
 
