@@ -155,7 +155,12 @@ class ServePolicy:
         return self._open()
 
     def _open_database(self) -> protocols.Store:
-        """The database itself, each call counted (``HookStats.database_calls``)."""
+        """The database itself, each call counted (``HookStats.database_calls``). Its modules come
+        from the imports thread: SQLAlchemy's modules import each other in cycles, and a second
+        thread importing them at once (the prefetch's) was handed unfinished ones, which disabled
+        the cache for the whole job."""
+        if threading.current_thread() is not self._imports:
+            self._imports.join()
         with self._database_lock:
             if self._database is None:
                 from autotune.cache.store import Store

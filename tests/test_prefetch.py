@@ -120,6 +120,32 @@ def test_a_cache_that_is_down_costs_the_prefetch_one_warning_and_no_lookup_waits
     assert len(warnings) == 1 and "kernel cache unavailable" in warnings[0].getMessage()
 
 
+_SLOW_STORE_IMPORTS = """
+import importlib, sys, time
+from autotune import serve_policy
+from autotune.settings import Settings
+ended = []
+def slow_imports():
+    time.sleep(1.0)
+    importlib.import_module("autotune.cache.store")
+    ended.append(time.monotonic())
+serve_policy._import_store_modules = slow_imports
+policy = serve_policy.ServePolicy(Settings(cache=sys.argv[1]))
+policy._open_patiently()  # the prefetch's first step, on the thread that asks
+opened = time.monotonic()
+print("imported first" if ended and ended[0] <= opened else "raced")
+"""
+
+
+def test_the_prefetch_opens_the_store_only_once_the_imports_thread_has_imported_it(tmp_path: Path) -> None:
+    """SQLAlchemy imported by two threads at once hands one of them unfinished modules
+    ("No module named 'sqlalchemy.sql._dml_constructors'"), which disabled a job's cache."""
+    done = subprocess.run([sys.executable, "-c", _SLOW_STORE_IMPORTS, f"sqlite:///{tmp_path / 'cache.db'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "imported first"
+
+
 def test_exit_does_not_wait_for_a_prefetch_in_flight(tmp_path: Path) -> None:
     code = ("import time, autotune\n"
             f"handle = autotune.warm_start('sqlite:///{tmp_path / 'cache.db'}')\n"
