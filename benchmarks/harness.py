@@ -268,6 +268,13 @@ class Results:
         self.path.with_suffix(".md").write_text(markdown(self.data, self.title, self.render))
 
 
+def new_run(store: Results, label: str | None, prog: str, argv: list[str]) -> dict[str, Any]:
+    """This machine's new run in ``store``, named ``label``, else by its GPU ("cpu" without one)."""
+    info = machine(120)
+    name = label or (slug(info["gpu"]) if info.get("gpu") else "cpu")
+    return store.run(name, info, " ".join([f"python -m {prog}", *argv]))
+
+
 def resumable_run(store: Results, args: argparse.Namespace, prog: str,
                   argv: list[str] | None) -> tuple[dict[str, Any], dict[str, Any], int]:
     """This machine's new run in ``store`` (named ``--label``, else by its GPU and their count),

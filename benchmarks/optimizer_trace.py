@@ -144,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.model} defines no train_step: pass a training model file (examples/lm_train.py)")
     harness.log_to_stderr()
     store = results(Path(args.out))
-    info = harness.machine(120)
-    label = args.label or (harness.slug(info["gpu"]) if info.get("gpu") else "cpu")
-    run = store.run(label, info, " ".join(["python -m benchmarks.optimizer_trace", *argv]))
+    run = harness.new_run(store, args.label, "benchmarks.optimizer_trace", argv)
     run["model"] = args.model
     run["samples"] = measure(args)
     store.save()

@@ -256,3 +256,25 @@ def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) 
                       "failed": [{"model": "/t/c.py", "error": "exited 17"}]})
     assert [(r["model"], r.get("began_s")) for r in rows] == [("a", 0.0), ("b", 12.5), ("c", None)]
     assert list(rows[0]["phases"]) == ["b", "c", "a", "d", "e"]  # each compile's longest, longest first
+
+
+def test_install_imports_help_works_without_importing_torch_and_its_table_takes_medians() -> None:
+    assert "--rounds" in help_without_torch("benchmarks.install_imports", REPO)
+    from benchmarks import install_imports
+
+    children = [{"mode": "main", "torch_s": 1.0, "cuda_check_s": 0.1, "imports_s": s, "imports_cpu_s": s,
+                 "total_s": s + 1.1} for s in (2.0, 4.0, 3.0)]
+    rows = install_imports.summary(children + [{"mode": "thread", "error": "no result (rc 1)"}])
+    assert rows[0] == ["main", 3, "1.00", "0.10", "3.00", "3.00", "4.10"]
+    assert rows[1] == ["thread", 0, "-", "-", "-", "-", "-"]  # a child without figures is not counted
+
+
+def test_prefetch_keeps_each_processs_set_up_figures() -> None:
+    from benchmarks import prefetch
+
+    results = [{"status": "ok", "first_call_s": f, "whole_process_s": f + 5, "setup_s": 1.0 + f,
+                "model_build_s": 0.2, "hook": {"install_s": f}} for f in (1.0, 2.0)]
+    merged = prefetch.medians(results)
+    assert merged["first_call_s"] == 1.5
+    assert [p["setup_s"] for p in merged["processes"]] == [2.0, 3.0]
+    assert merged["processes"][1]["hook"] == {"install_s": 2.0}
