@@ -39,6 +39,9 @@ from benchmarks import harness
 log = logging.getLogger("install_imports")
 
 MODES = ("main", "thread", "gate", "thread, cuda beside", "thread, context beside")
+# Each child's figures, with their columns' names.
+FIGURES = (("torch_s", "torch"), ("cuda_check_s", "CUDA check"), ("imports_s", "imports"),
+           ("imports_cpu_s", "imports' CPU"), ("total_s", "total"))
 
 
 # --------------------------------------------------------------------------- the child
@@ -133,24 +136,26 @@ def summary(children: list[dict[str, Any]]) -> list[list[Any]]:
     for mode in MODES:
         mine = [c for c in children if c.get("mode") == mode and "total_s" in c]
         row: list[Any] = [mode, len(mine)]
-        for key in ("torch_s", "cuda_check_s", "imports_s", "imports_cpu_s", "total_s"):
+        for key, _ in FIGURES:
             values = [c[key] for c in mine if c.get(key) is not None]
             row.append(harness.fmt(statistics.median(values), ".2f") if values else "-")
         rows.append(row)
     return rows
 
 
+def summary_table(children: list[dict[str, Any]]) -> list[str]:
+    return harness.table(["mode", "processes", *(name for _, name in FIGURES)], summary(children))
+
+
 def render(run: dict[str, Any]) -> list[str]:
+    children = run.get("children", [])
     lines = ["Fresh processes, the modes taking turns; medians in seconds. `imports` runs from the "
              "start of the install's imports to their end (for the modes beside, the main thread's "
              "work overlapping them included); `total` from the child's start.", "",
-             *harness.table(["mode", "processes", "torch", "CUDA check", "imports", "imports' CPU", "total"],
-                            summary(run.get("children", []))), "", "Each child:", ""]
-    rows = [[c.get("round"), c.get("mode"), *(harness.fmt(c.get(k), ".2f") for k in
-                                               ("torch_s", "cuda_check_s", "imports_s", "imports_cpu_s", "total_s")),
-             c.get("error", "")] for c in run.get("children", [])]
-    return lines + harness.table(["round", "mode", "torch", "CUDA check", "imports", "imports' CPU", "total",
-                                  "error"], rows)
+             *summary_table(children), "", "Each child:", ""]
+    rows = [[c.get("round"), c.get("mode"), *(harness.fmt(c.get(key), ".2f") for key, _ in FIGURES), c.get("error", "")]
+            for c in children]
+    return lines + harness.table(["round", "mode", *(name for _, name in FIGURES), "error"], rows)
 
 
 def results(out: Path) -> harness.Results:
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     run = harness.new_run(store, args.label, "benchmarks.install_imports", argv)
     run["children"] = measure(args)
     store.save()
-    print("\n".join(render(run)[:len(MODES) + 4]))
+    print("\n".join(summary_table(run["children"])))
     return 0
 
 
