@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.inductor_glue.selector_hold import Hold
 
-from . import compile_gate, import_gate
+from . import compile_gate, exit_wait, import_gate
 from .script_pace import Pace, own_cpu_clock
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class PendingWarmStart:
         self._done = threading.Event()
         self._compile_waiting = threading.Event()  # a compile came before the install ended
         self._awaited = threading.Event()  # something else waits for the install to end
+        self._exiting = threading.Event()  # the interpreter exits: what is left of the install is not done
         self._handle: WarmStart | None = None
         # The CPU clock of the thread that builds the model, then compiles, read here on that
         # thread (autotune/script_pace.py says why).
@@ -60,6 +61,7 @@ class PendingWarmStart:
         # at once, hand each other unfinished modules (autotune/import_gate.py).
         self._open_imports = import_gate.close(thread)
         thread.start()
+        exit_wait.finish_before_exit(thread, stop=self._exiting.set)
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         timeline = self._timeline
@@ -69,6 +71,8 @@ class PendingWarmStart:
             # Past these the install and the prewarm import little of torch's: the script's
             # imports need not wait for the rest.
             self._open_imports()
+            if self._exiting.is_set():  # a script that ended before its install did: nothing to serve
+                return
             self._handle = install()
             timeline.install_s = time.perf_counter() - timeline.began
             timeline.passes_prewarmed = self._prewarm()
@@ -95,10 +99,13 @@ class PendingWarmStart:
         from autotune.inductor_glue.env import default_device, prewarm_compile_passes
 
         def hurry() -> bool:
-            return self._compile_waiting.is_set() or self._awaited.is_set()
+            return self._compile_waiting.is_set() or self._awaited.is_set() or self._exiting.is_set()
+
+        def stop() -> bool:
+            return self._compile_waiting.is_set() or self._exiting.is_set()
 
         pace = Pace(self._script_clock, hurry)
-        return prewarm_compile_passes(default_device(), stop=self._compile_waiting.is_set, pace=pace.wait)
+        return prewarm_compile_passes(default_device(), stop=stop, pace=pace.wait)
 
     def _wait_to_compile(self) -> None:
         """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""

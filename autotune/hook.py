@@ -25,6 +25,7 @@ from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 from autotune.inductor_glue import seams
 from autotune.inductor_glue.inductor import install, uninstall
 
+from . import exit_wait
 from .hook_stats import CacheMissError, HookStats
 from .serve_policy import ServePolicy, artifact_device
 from .settings import Settings, load_keys, warm_start_settings
@@ -67,12 +68,15 @@ class WarmStart:
         self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
         if gpu is not None:
-            self._prepare_kernels(policy, gpu, prewarm_triton_backend())
+            self._prepare_kernels(policy, gpu, _finished_before_exit(prewarm_triton_backend()))
         self._verdicts = _verdict_modules(policy, gpu, off)
         if prefetch:  # before the artifact tier, which asks the prefetch first
             policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
         self._artifacts = _artifact_seams(policy, trusted, signer)
-        if prefetch and gpu is None:  # after the artifact tier, which serves the probes' builds
+        # After the artifact tier, which serves the probes' builds. Their thread is not waited for
+        # at exit (it runs Python and compilers in subprocesses, nothing that minds being ended,
+        # and its probes take seconds on a small CPU): a script that never compiles exits at once.
+        if prefetch and gpu is None:
             probe_vec_isa_early()
         self.installed = True
 
@@ -86,6 +90,7 @@ class WarmStart:
             loader = threading.Thread(target=policy.load_kernel_configs, args=(device,),
                                       name="autotune-kernel-configs", daemon=True)
             loader.start()
+            exit_wait.finish_before_exit(loader)
             threads.append(loader)
             kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
         timeout = policy.settings.lookup_timeout + 10
@@ -166,6 +171,13 @@ class WarmStart:
 
     def __repr__(self) -> str:
         return f"WarmStart({self.stats}, installed={self.installed})"
+
+
+def _finished_before_exit(thread: threading.Thread | None) -> threading.Thread | None:
+    """``thread``, which the interpreter's exit waits for (autotune/exit_wait.py says why)."""
+    if thread is not None:
+        exit_wait.finish_before_exit(thread)
+    return thread
 
 
 class _DecisionBook:

@@ -10,11 +10,12 @@ lookup then asks the prefetch first:
   one (artifacts are fetched one by one, each announced as it is ready);
 - one it does not hold falls through to the database, as without a prefetch.
 
-The thread never raises into the job and never holds up exit (daemon, never joined): a
-store error disables the cache with the hook's one warning, any other failure costs one
-warning and leaves every lookup to the database. It only reads, and never verifies for the
-job: an artifact's verdict is handed to the artifact tier, which counts and warns at the
-moment torch asks for it, as it does without a prefetch.
+The thread never raises into the job and holds up exit only to its next step (asked to stop
+at exit, and joined within a bound: autotune/exit_wait.py says why): a store error disables
+the cache with the hook's one warning, any other failure costs one warning and leaves every
+lookup to the database. It only reads, and never verifies for the job: an artifact's verdict
+is handed to the artifact tier, which counts and warns at the moment torch asks for it, as it
+does without a prefetch.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from autotune.cache.records import (
 )
 from autotune.cache.signing import OK
 
+from . import exit_wait
+
 if TYPE_CHECKING:
     from autotune.cache import protocols
     from autotune.cache.records import ArtifactInfo
@@ -54,7 +57,8 @@ KIND_ORDER = (ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFAC
 MAX_PREFETCH_BYTES = 1024 * 1024 * 1024
 # Fault injection (AUTOTUNE_FAULT_INJECT), for tests only: "prefetch:hold" starts the
 # prefetch when a compile first asks it for something, so that compile races it;
-# "prefetch:hang" never starts it, so that exit can be shown not to wait for it.
+# "prefetch:hang" starts it only once it is closed (by an uninstall, or at exit), so that a job
+# can be shown to end without waiting for it.
 FAULT_HOLD = "prefetch:hold"
 FAULT_HANG = "prefetch:hang"
 
@@ -96,16 +100,19 @@ class Prefetch:
         self._asked = threading.Event()  # a compile asked for something (FAULT_HOLD waits for it)
         self._done = threading.Event()
         self._closed = False
+        self._closing = threading.Event()  # set with _closed: a prefetch held by "prefetch:hang" ends
         self._abandoned = False  # a wait timed out: later lookups no longer wait for the prefetch
         self._wait_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="autotune-prefetch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        exit_wait.finish_before_exit(self._thread, stop=self.close)  # it stops at its next step
 
     def close(self) -> None:
         """Drop what is held; the thread, if still running, stops at its next step."""
         self._closed = True
+        self._closing.set()
         with self._artifact_ready:
             self._artifacts.clear()
             self._artifact_ready.notify_all()
@@ -180,7 +187,8 @@ class Prefetch:
         began = time.perf_counter()
         try:
             if self._fault == FAULT_HANG:
-                threading.Event().wait()
+                self._closing.wait()
+                return
             if self._fault == FAULT_HOLD:
                 self._asked.wait()
             store = self._open_store()

@@ -37,6 +37,7 @@ from autotune.inductor_glue.inductor import (
 )
 from autotune.inductor_glue.pinning import Pin, PinIndex
 
+from . import exit_wait
 from .hook_stats import MISSES_LISTED, CacheMissError, HookStats, missed_entry
 from .plan import shape_summary
 from .settings import Settings
@@ -96,9 +97,11 @@ class ServePolicy:
         # and turn a whole warm start into plain max-autotune.
         self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
         self._imports.start()
+        exit_wait.finish_before_exit(self._imports)
         self._store: protocols.Store | None = None
         self._database: protocols.Store | None = None
         self._disabled = False
+        self._closed = False  # uninstalled: a thread still running gets no answers, quietly
         self._lock = threading.Lock()
         self._database_lock = threading.Lock()
         self._node = _NodeShare(self) if settings.node_share else None
@@ -187,6 +190,11 @@ class ServePolicy:
         return found
 
     def _disable(self, exc: BaseException) -> None:
+        # A call after uninstall, or from a thread the exit does not wait for (the ISA probes), is
+        # refused by a shut executor: not a fault of the cache.
+        if self._closed or exit_wait.exiting():
+            log.debug("autotune: a store call after uninstall or at exit was dropped (%s)", exc)
+            return
         self.stats.errors += 1
         if not self._disabled:
             self._disabled = True
@@ -535,6 +543,7 @@ class ServePolicy:
         self.prefetch.start()
 
     def close(self) -> None:
+        self._closed = True
         if self.prefetch is not None:
             self.prefetch.close()
         self._release_deferred()  # never lost: they finish on the writer thread
