@@ -83,13 +83,14 @@ class Completed:
     wall_s: float
 
 
-def child_env(cache_root: Path, cache_url: str | None = None) -> dict[str, str]:
-    """Fresh Inductor and Triton caches under ``cache_root``; no signing key of the caller's shell."""
+def child_env(cache_root: Path, cache_url: str | None = None, code: Path = REPO) -> dict[str, str]:
+    """Fresh Inductor and Triton caches under ``cache_root``; no signing key of the caller's shell;
+    the project's code from ``code`` (another version's: benchmarks/baseline_code.sh)."""
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_SIGNING_KEY", "AUTOTUNE_TRUSTED_KEYS")}
     for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
         (cache_root / folder).mkdir(parents=True, exist_ok=True)
         env[name] = str(cache_root / folder)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     # Compiled bytecode, as a normal install has it: where site-packages is read-only, every
     # process would otherwise compile ~1,400 torch modules (~5 s) inside its timings.
@@ -99,10 +100,11 @@ def child_env(cache_root: Path, cache_url: str | None = None) -> dict[str, str]:
     return env
 
 
-def run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | None = None) -> Completed:
+def run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | None = None,
+        cwd: Path = REPO) -> Completed:
     """Run a child in its own process group; at its timeout stop that group, then kill it."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)
     rc: int | None
     try:

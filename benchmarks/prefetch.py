@@ -13,7 +13,10 @@ fresh Inductor and Triton caches:
 - ``floor``: ``caching_precompile`` on and ``torch.compiler.load_cache_artifacts`` at the
   script's top, then a default compile;
 - ``warm-start``: ``autotune.warm_start()`` at the top with ``AUTOTUNE_PREFETCH=0`` (today's);
-- ``prefetch``: the same with the prefetch on.
+- ``prefetch``: the same with the prefetch on;
+- ``baseline`` (with ``--baseline DIR``): ``prefetch`` run from another version's code, made by
+  ``bash benchmarks/baseline_code.sh COMMIT``, so that a change is timed against the code
+  before it in one run.
 
 The last three run with 0 s and with 5 s (``--build-seconds``) of model building between the
 set-up call and the compile: the model is built, then the process sleeps for the rest. Each
@@ -51,6 +54,8 @@ MODELS: dict[str, str] = {"resnet": "examples/resnet.py", "gpt": "examples/gpt.p
 DEFAULT_MODELS = ("resnet", "gpt", "lm_train", "mlp")  # a conv net, a transformer, a training step, a small model
 QUICK_MODELS = ("mlp",)
 TIMED = ("floor", "warm-start", "prefetch")
+BASELINE = "baseline"  # --baseline DIR: the prefetch scenario with another version's code
+BASELINE_COMMIT = "BASELINE_COMMIT"  # the file in DIR naming its commit (benchmarks/baseline_code.sh)
 SPAWNED_ENV = "PREFETCH_BENCH_SPAWNED_AT"  # the parent's wall clock when it started the child
 PROFILE_ENV = "PREFETCH_PROFILE_DIR"  # set: each child writes its first call's cProfile here
 FIRST_CALL_GOAL = 0.5  # with model building: the prefetch's first call <= 0.5x the floor's
@@ -174,26 +179,57 @@ def _after(args: argparse.Namespace, result: dict[str, Any], handle: Any) -> Non
 
 
 def run_child(scenario: str, build_s: float, model: str, tmp: Path, cache_url: str, key: str | None,
-              timeout: float, log_dir: Path | None, repeat: int = 0) -> dict[str, Any]:
+              timeout: float, log_dir: Path | None, repeat: int = 0, baseline: Path | None = None) -> dict[str, Any]:
     """One scenario in a fresh process; ``repeat`` > 0: another process of it, with caches of its own."""
     megacache = tmp / "floor.megacache"
-    cmd = [sys.executable, "-m", "benchmarks.prefetch", "_child", "--model", model, "--scenario", scenario,
+    code, runs_as = _code_for(scenario, baseline)
+    cmd = [sys.executable, "-m", "benchmarks.prefetch", "_child", "--model", model, "--scenario", runs_as,
            "--build-seconds", str(build_s), "--cache", cache_url, "--megacache", str(megacache)]
     suffix = f"-repeat{repeat}" if repeat else ""
-    env = harness.child_env(tmp / f"{scenario}-{build_s:g}{suffix}", cache_url)
-    if scenario in ("warm-start", "prefetch"):
-        env["AUTOTUNE_PREFETCH"] = "1" if scenario == "prefetch" else "0"
+    env = harness.child_env(tmp / f"{scenario}-{build_s:g}{suffix}", cache_url, code)
+    if runs_as in ("warm-start", "prefetch"):
+        env["AUTOTUNE_PREFETCH"] = "1" if runs_as == "prefetch" else "0"
         if key:
             env["AUTOTUNE_TRUSTED_KEYS"] = key + ".pub"
     env[SPAWNED_ENV] = repr(time.time())
     log_path = log_dir / f"{Path(model).stem}-{scenario}-{build_s:g}{suffix}.log" if log_dir else None
-    done = harness.run(cmd, env, timeout, log_path)
+    done = harness.run(cmd, env, timeout, log_path, cwd=code)
     payload = harness.marker_payload(done.stdout) or {"status": "error", "error": f"no result line (rc {done.rc})"}
+    payload["scenario"] = scenario  # a baseline process ran the prefetch scenario
     if done.rc is None:
         payload.update(status="timeout", error=f"timed out after {timeout:.0f} s")
     if payload.get("status") != "ok":
         payload["stderr_tail"] = harness.tail(done.stderr)
     return {**payload, "process_wall_s": done.wall_s}
+
+
+def _code_for(scenario: str, baseline: Path | None) -> tuple[Path, str]:
+    """Where a scenario's process runs (its working folder, first on its path) and the child's
+    scenario. A baseline process runs in the baseline's folder, whose ``autotune`` and
+    ``benchmarks`` shadow this checkout's, and finds the model files under the same relative
+    paths (a link to this checkout's examples): a compiled graph's keys name its source file."""
+    if scenario != BASELINE:
+        return harness.REPO, scenario
+    if baseline is None:
+        raise ValueError("the baseline scenario needs --baseline DIR")
+    examples = baseline / "examples"
+    if not examples.exists():
+        examples.symlink_to(harness.REPO / "examples", target_is_directory=True)
+    return baseline, "prefetch"
+
+
+def baseline_folder(path: str) -> Path:
+    """``--baseline``'s folder, checked: one line naming the problem and the fix otherwise."""
+    folder = Path(path).resolve()
+    if not (folder / "autotune" / "__init__.py").is_file() or not (folder / "benchmarks" / "prefetch.py").is_file():
+        raise SystemExit(f"--baseline {path}: no autotune package and benchmarks there; make one with "
+                         f"`bash benchmarks/baseline_code.sh COMMIT {path}`")
+    return folder
+
+
+def baseline_name(folder: Path) -> str:
+    named = folder / BASELINE_COMMIT
+    return named.read_text().strip() if named.is_file() else folder.name
 
 
 def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[float]) -> dict[str, Any]:
@@ -211,7 +247,8 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
                                                         if log_dir else None)
         if sweep.get("status") != "ok":
             return entry
-        timed = [(s, b) for b in builds for s in TIMED]
+        baseline = baseline_folder(args.baseline) if args.baseline else None
+        timed = [(s, b) for b in builds for s in (*TIMED, *((BASELINE,) if baseline else ()))]
         # The timed scenarios' processes take turns: a drift of the machine's speed falls on all alike.
         plan = [("default", 0.0, 0), ("floor-save", 0.0, 0)] + [
             (s, b, repeat) for repeat in range(args.processes) for s, b in timed]
@@ -219,11 +256,11 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
         for scenario, build_s, repeat in plan:
             log.info("%s: %s, %g s of model building, process %d ...", name, scenario, build_s, repeat + 1)
             result = run_child(scenario, build_s, path, tmp, cache_url, model_run.signing_key, args.timeout,
-                               log_dir, repeat)
+                               log_dir, repeat, baseline)
             processes.setdefault(label(scenario, build_s), []).append(result)
             log.info("%s: %s %s %s", name, scenario, result.get("status"), result.get("error") or "")
         entry["scenarios"] = {key: medians(results) for key, results in processes.items()}
-        entry["goals"] = goals(entry["scenarios"], name, builds)
+        entry["goals"] = goals(entry["scenarios"], name, builds, baseline_name(baseline) if baseline else None)
     finally:
         if not args.keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -253,8 +290,9 @@ def _value(scenarios: dict[str, Any], name: str, key: str) -> Any:
     return found.get(key) if found.get("status") == "ok" else None
 
 
-def goals(scenarios: dict[str, Any], model: str, builds: list[float]) -> list[dict[str, Any]]:
-    """Issue 53's goals, each with its value and whether it is met (None: not measured)."""
+def goals(scenarios: dict[str, Any], model: str, builds: list[float], baseline: str | None = None) -> list[dict[str, Any]]:
+    """Issue 53's goals, each with its value and whether it is met (None: not measured); with a
+    baseline, this code's prefetch against the baseline code's, reported."""
     out: list[dict[str, Any]] = []
 
     def goal(text: str, value: float | None, limit: float | None) -> None:  # limit None: reported, not a goal
@@ -278,6 +316,10 @@ def goals(scenarios: dict[str, Any], model: str, builds: list[float]) -> list[di
         goal("first call at +0s vs today's warm start (holds the install on a thread)",
              ratio(_value(scenarios, label("prefetch", 0.0), "first_call_s"),
                    _value(scenarios, label("warm-start", 0.0), "first_call_s")), None)
+    for build in builds if baseline else ():
+        goal(f"whole process at +{build:g}s vs the baseline code's ({baseline})",
+             ratio(_value(scenarios, label("prefetch", build), "whole_process_s"),
+                   _value(scenarios, label(BASELINE, build), "whole_process_s")), None)
     if model in ("resnet", "gpt"):
         goal(f"first call at +{built:g}s <= {DEFAULT_GOAL}x default mode's",
              ratio(_value(scenarios, label("prefetch", built), "first_call_s"),
@@ -292,7 +334,8 @@ def render(run: dict[str, Any]) -> list[str]:
         default = _value(scenarios, "default", "first_call_s")
         rows = []
         for key, r in scenarios.items():
-            floor_key = key.replace(r.get("scenario", ""), "floor", 1) if key.startswith(("warm", "prefetch")) else key
+            floor_key = (key.replace(r.get("scenario", ""), "floor", 1)
+                         if key.startswith(("warm", "prefetch", BASELINE)) else key)
             floor = scenarios.get(floor_key) if floor_key != key else None
             hook = r.get("hook") or {}
             ok = r.get("status") == "ok"
@@ -319,11 +362,13 @@ def render(run: dict[str, Any]) -> list[str]:
                               for key, runs in repeated.items())
             lines.append(f"- medians of {max(map(len, repeated.values()))} fresh processes per timed scenario, each "
                          f"process's first call / whole process (fastest-slowest, s): {spans}")
-        paired = paired_rounds(scenarios, label("prefetch", 0.0), label("warm-start", 0.0), "whole_process_s")
-        if paired is not None:
-            lines.append(f"- whole process at +0s, the prefetch's process less today's in each round: slower in "
-                         f"{paired['slower']} of {paired['rounds']} rounds, a mean difference of {paired['mean_s']:+.2f} s "
-                         f"(95% interval {paired['low_s']:+.2f} to {paired['high_s']:+.2f} s)")
+        for other, whose in (("warm-start", "today's"), (BASELINE, "the baseline code's")):
+            paired = paired_rounds(scenarios, label("prefetch", 0.0), label(other, 0.0), "whole_process_s")
+            if paired is not None:
+                lines.append(f"- whole process at +0s, the prefetch's process less {whose} in each round: slower in "
+                             f"{paired['slower']} of {paired['rounds']} rounds, a mean difference of "
+                             f"{paired['mean_s']:+.2f} s (95% interval {paired['low_s']:+.2f} to "
+                             f"{paired['high_s']:+.2f} s)")
         for g in entry.get("goals") or ():
             verdict = {True: "met", False: "NOT met", None: "not measured" if g["value"] is None else "reported"}[g["met"]]
             lines.append(f"- {g['goal']}: {fmt(g['value'], '.2f')} ({verdict})")
@@ -402,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fresh processes per timed scenario, taking turns; its figures are their medians "
                              "(default 1)")
     parser.add_argument("--log-dir", default=None, help="write each child's output here")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="another version's code (bash benchmarks/baseline_code.sh COMMIT DIR): its prefetch "
+                             "scenario takes turns with this code's, labelled baseline")
     parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -427,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     harness.log_to_stderr(args.verbose)
     if args.build_seconds <= 0 or args.timeout <= 0 or args.processes < 1:
         raise SystemExit("--build-seconds, --timeout and --processes must be positive")
+    if args.baseline:
+        baseline_folder(args.baseline)  # before the sweep: a wrong folder fails at once
     return benchmark(args)
 
 

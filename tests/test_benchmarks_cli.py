@@ -4,6 +4,9 @@ the goals, the results file and its Markdown."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -278,3 +281,58 @@ def test_prefetch_keeps_each_processs_set_up_figures() -> None:
     assert merged["first_call_s"] == 1.5
     assert [p["setup_s"] for p in merged["processes"]] == [2.0, 3.0]
     assert merged["processes"][1]["hook"] == {"install_s": 2.0}
+
+
+def test_prefetch_baseline_runs_the_prefetch_scenario_from_another_versions_folder(tmp_path: Path) -> None:
+    from benchmarks import prefetch
+
+    with pytest.raises(SystemExit, match="make one with `bash benchmarks/baseline_code.sh COMMIT"):
+        prefetch.main(["--baseline", str(tmp_path / "nowhere")])
+    folder = tmp_path / "base"
+    for made in ("autotune/__init__.py", "benchmarks/prefetch.py"):
+        (folder / made).parent.mkdir(parents=True, exist_ok=True)
+        (folder / made).write_text("")
+    (folder / prefetch.BASELINE_COMMIT).write_text("abc1234\n")
+    assert prefetch.baseline_folder(str(folder)) == folder.resolve()
+    assert prefetch.baseline_name(folder) == "abc1234"
+    assert prefetch._code_for("prefetch", folder) == (harness.REPO, "prefetch")
+    assert prefetch._code_for("baseline", folder) == (folder, "prefetch")
+    assert (folder / "examples" / "mlp.py").is_file()  # the model files under the same relative paths
+    env = harness.child_env(tmp_path / "caches", None, folder)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(folder)
+
+    def ok(scenario: str, whole: float, *rounds: float) -> dict[str, object]:
+        return {"scenario": scenario, "status": "ok", "first_call_s": 1.0, "whole_process_s": whole,
+                "processes": [{"status": "ok", "first_call_s": 1.0, "whole_process_s": r} for r in rounds]}
+
+    scenarios = {"floor +0s": ok("floor", 8.0), "warm-start +0s": ok("warm-start", 6.0, 6.0, 6.0),
+                 "prefetch +0s": ok("prefetch", 6.0, 6.1, 5.9), "baseline +0s": ok("baseline", 6.4, 6.5, 6.7)}
+    found = {g["goal"]: (g["value"], g["met"]) for g in prefetch.goals(scenarios, "mlp", [0.0], "abc1234")}
+    assert found["whole process at +0s vs the baseline code's (abc1234)"] == (pytest.approx(6.0 / 6.4), None)
+    store = prefetch.results(tmp_path)
+    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --baseline base")
+    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": scenarios, "goals": []}}
+    store.save()
+    table = (tmp_path / "prefetch.md").read_text()
+    assert "| baseline +0s | 1.0 | 6.4 | 1.00 | 0.80 |" in table  # against the floor, as the prefetch's row
+    assert ("- whole process at +0s, the prefetch's process less the baseline code's in each round: slower in 0 of "
+            "2 rounds, a mean difference of -0.60 s") in table
+
+
+def test_baseline_code_makes_a_folder_whose_processes_import_that_versions_code(tmp_path: Path) -> None:
+    from benchmarks import prefetch
+
+    folder = tmp_path / "head"
+    made = subprocess.run(["bash", "benchmarks/baseline_code.sh", "HEAD", str(folder)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    assert prefetch.baseline_name(prefetch.baseline_folder(str(folder))) == commit.stdout.strip()
+    code, _ = prefetch._code_for("baseline", folder)
+    where = ("import autotune, autotune.cache.store, autotune.workers, benchmarks.prefetch\n"
+             "print(autotune.__file__, autotune.cache.store.__file__, autotune.workers.__file__, "
+             "benchmarks.prefetch.__file__)")
+    imported = subprocess.run([sys.executable, "-c", where], cwd=code, env=harness.child_env(tmp_path / "c", None, code),
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert all(Path(f).resolve().is_relative_to(folder.resolve()) for f in imported.stdout.split())
