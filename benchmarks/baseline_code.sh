@@ -16,6 +16,7 @@ git archive "$commit" | tar -x -C "$source"
 rm -rf "$dir.partial"
 mkdir -p "$dir.partial"
 python -m pip install --quiet --no-deps --no-build-isolation --no-compile --target "$dir.partial" "$source"
+rm -rf "$source/benchmarks/results" "$dir.partial/bin"  # its code only: the results are this checkout's
 cp -r "$source/benchmarks" "$dir.partial/benchmarks"
 echo "$commit" > "$dir.partial/BASELINE_COMMIT"
 rm -rf "$dir"
