@@ -78,8 +78,11 @@ class PendingWarmStart:
             timeline.passes_prewarmed = self._prewarm()
             timeline.prewarm_s = time.perf_counter() - timeline.began - timeline.install_s
         except Exception as exc:  # noqa: BLE001 - a job never fails because of the cache
-            log.warning("autotune: the hook could not be installed (%s: %s); compiles run as plain "
-                        "max-autotune", type(exc).__name__, exc)
+            # A script that ended mid-install: its imports meet the interpreter's exit (a module
+            # registering an exit function is refused), and no compile is left to serve.
+            report = log.debug if self._exiting.is_set() else log.warning
+            report("autotune: the hook could not be installed (%s: %s); compiles run as plain "
+                   "max-autotune", type(exc).__name__, exc)
             timeline.install_s = timeline.install_s or time.perf_counter() - timeline.began
         finally:
             self._open_imports()

@@ -10,7 +10,9 @@ importing printed errors about half-torn-down modules.
 
 So each such thread is registered here with how to ask it to stop, and at exit every one is
 asked, then joined, within ``EXIT_WAIT_S`` in all. A job that compiled finds them long ended
-and waits for nothing. The hook runs among ``threading``'s exit functions, ahead of
+and waits for nothing. The prefetch is only asked (``stop_at_exit``): it reads the database,
+which may hang, and exit never waits for it (issue 53); asked, it ends at its next step, which
+is mostly the store's imports, joined here. The hook runs among ``threading``'s exit functions, ahead of
 ``concurrent.futures``' (they run in reverse order of registration, and that module is
 imported before ours registers), so a thread still fetching through the store's executor is
 not refused. A thread that outlasts the wait is left as before: a stuck database never holds
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 EXIT_WAIT_S = 10.0
 
 _lock = threading.Lock()
-_waiting: list[tuple[threading.Thread, Callable[[], None] | None]] = []
+_waiting: list[tuple[threading.Thread, Callable[[], None] | None, bool]] = []  # thread, stop, joined
 _registered = False
 _exiting = threading.Event()
 
@@ -45,11 +47,20 @@ def exiting() -> bool:
 
 def finish_before_exit(thread: threading.Thread, stop: Callable[[], None] | None = None) -> None:
     """At the interpreter's exit, call ``stop()`` (if given), then join ``thread``."""
+    _register(thread, stop, joined=True)
+
+
+def stop_at_exit(thread: threading.Thread, stop: Callable[[], None]) -> None:
+    """At the interpreter's exit, while ``thread`` runs, call ``stop()``; the exit does not wait for it."""
+    _register(thread, stop, joined=False)
+
+
+def _register(thread: threading.Thread, stop: Callable[[], None] | None, joined: bool) -> None:
     global _registered
     with _lock:
         # Ended threads are dropped, so a long process (a sweep makes many policies) keeps none.
-        _waiting[:] = [(t, s) for t, s in _waiting if t.ident is None or t.is_alive()]
-        _waiting.append((thread, stop))
+        _waiting[:] = [entry for entry in _waiting if entry[0].ident is None or entry[0].is_alive()]
+        _waiting.append((thread, stop, joined))
         if _registered:
             return
         _registered = True
@@ -70,13 +81,13 @@ def _finish() -> None:
             if not _waiting:
                 return
             pending, _waiting[:] = list(_waiting), []
-        for _thread, stop in pending:
-            if stop is not None:
+        for thread, stop, _joined in pending:
+            if stop is not None and thread.is_alive():
                 _quietly(stop)
-        for thread, _stop in pending:  # a joined thread may have registered others: the loop takes them
-            if thread.ident is not None:  # never started: nothing to wait for
+        for thread, _stop, joined in pending:  # a joined thread may have registered others: the loop takes them
+            if joined and thread.ident is not None:  # never started: nothing to wait for
                 thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
+            if joined and thread.is_alive():
                 log.debug("autotune: %s still runs at exit; left to end with the process", thread.name)
 
 

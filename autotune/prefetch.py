@@ -10,8 +10,8 @@ lookup then asks the prefetch first:
   one (artifacts are fetched one by one, each announced as it is ready);
 - one it does not hold falls through to the database, as without a prefetch.
 
-The thread never raises into the job and holds up exit only to its next step (asked to stop
-at exit, and joined within a bound: autotune/exit_wait.py says why): a store error disables
+The thread never raises into the job and never holds up exit (a daemon, asked at exit to end
+at its next step and never joined: autotune/exit_wait.py): a store error disables
 the cache with the hook's one warning, any other failure costs one warning and leaves every
 lookup to the database. It only reads, and never verifies for the job: an artifact's verdict
 is handed to the artifact tier, which counts and warns at the moment torch asks for it, as it
@@ -57,8 +57,7 @@ KIND_ORDER = (ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFAC
 MAX_PREFETCH_BYTES = 1024 * 1024 * 1024
 # Fault injection (AUTOTUNE_FAULT_INJECT), for tests only: "prefetch:hold" starts the
 # prefetch when a compile first asks it for something, so that compile races it;
-# "prefetch:hang" starts it only once it is closed (by an uninstall, or at exit), so that a job
-# can be shown to end without waiting for it.
+# "prefetch:hang" never starts it, so that exit can be shown not to wait for it.
 FAULT_HOLD = "prefetch:hold"
 FAULT_HANG = "prefetch:hang"
 
@@ -100,19 +99,17 @@ class Prefetch:
         self._asked = threading.Event()  # a compile asked for something (FAULT_HOLD waits for it)
         self._done = threading.Event()
         self._closed = False
-        self._closing = threading.Event()  # set with _closed: a prefetch held by "prefetch:hang" ends
         self._abandoned = False  # a wait timed out: later lookups no longer wait for the prefetch
         self._wait_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="autotune-prefetch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
-        exit_wait.finish_before_exit(self._thread, stop=self.close)  # it stops at its next step
+        exit_wait.stop_at_exit(self._thread, stop=self.close)  # it ends at its next step; exit never waits
 
     def close(self) -> None:
         """Drop what is held; the thread, if still running, stops at its next step."""
         self._closed = True
-        self._closing.set()
         with self._artifact_ready:
             self._artifacts.clear()
             self._artifact_ready.notify_all()
@@ -187,11 +184,16 @@ class Prefetch:
         began = time.perf_counter()
         try:
             if self._fault == FAULT_HANG:
-                self._closing.wait()
-                return
+                threading.Event().wait()
             if self._fault == FAULT_HOLD:
                 self._asked.wait()
+            # Closed by an uninstall or at exit: nothing is left to read for. At exit this thread
+            # is mostly in _open_store, waiting for the store's imports (which the exit joins).
+            if self._closed:
+                return
             store = self._open_store()
+            if self._closed:
+                return
             self._read_rows(store)
             self._fetch_artifacts(store)
         except CacheError as exc:  # the database is down or refused us: as a failed lookup would

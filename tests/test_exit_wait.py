@@ -1,7 +1,7 @@
 """The warm start's threads end before the interpreter finalizes (autotune/exit_wait.py): a
-script that exits while its install, the store's imports or the prefetch still run exits 0,
-quietly. One that did not (CI, under load) aborted after its last line with "terminate called
-without an active exception"."""
+script that exits while its install or the store's imports still run exits 0, quietly, and the
+prefetch is asked to end but never waited for. Without this a CI job aborted after its last
+line with "terminate called without an active exception"."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,34 +19,36 @@ from autotune import exit_wait
 from autotune.serve_policy import ServePolicy
 from autotune.settings import Settings
 
-# The install is held for a second, so the script ends while it runs; an ordinary atexit
-# function runs after threading's exit functions and before the interpreter finalizes: it
-# lists the threads still alive then.
+# The install's imports take a second longer (a module of the test's own among them), so the
+# script ends while they run; an ordinary atexit function runs after threading's exit functions
+# and before the interpreter finalizes: it shows what still runs then, and whether the hook was
+# installed.
 EARLY_EXIT = """
-import atexit, sys, threading, time
-from autotune import hook
-install = hook._install
-def held_install(settings):
-    time.sleep(1.0)
-    return install(settings)
-hook._install = held_install
+import atexit, sys, threading
+sys.path.insert(0, sys.argv[2])
+from autotune import background, hook
+background.GATED_IMPORTS = (*background.GATED_IMPORTS, "slow_to_import")
 import autotune
-def alive():
+def at_exit():
     print(sorted(t.name for t in threading.enumerate() if t.name.startswith("autotune-") and t.is_alive()))
-atexit.register(alive)
+    print(hook._active)
+atexit.register(at_exit)
 handle = autotune.warm_start(sys.argv[1])
 print(type(handle).__name__, flush=True)
 """
 
 
-def test_a_script_that_exits_during_the_install_waits_for_its_threads_and_exits_quietly(tmp_path: Path) -> None:
+def test_a_script_that_exits_during_the_install_skips_it_waits_for_its_thread_and_exits_quietly(
+        tmp_path: Path) -> None:
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(1.0)\n")
     env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    done = subprocess.run([sys.executable, "-c", EARLY_EXIT, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", EARLY_EXIT, f"sqlite:///{tmp_path / 'cache.db'}", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    pending, alive_at_exit = done.stdout.splitlines()[-2:]
+    pending, alive_at_exit, installed = done.stdout.splitlines()[-3:]
     assert pending == "PendingWarmStart"  # the script did end before its install
-    assert alive_at_exit == "[]"
+    assert alive_at_exit == "[]"  # the install's thread ended before the interpreter finalized
+    assert installed == "None"  # what was left of the install was not done
     assert "autotune:" not in done.stderr  # no warning about an install or a cache torn down by the exit
 
 
@@ -62,15 +65,23 @@ def test_the_exit_asks_each_thread_to_stop_then_joins_it_within_the_bound(monkey
     ended = threading.Thread(target=lambda: None)
     ended.start()
     ended.join()
+    asked, slow_to_end = threading.Event(), threading.Event()
+    not_waited = threading.Thread(target=lambda: (asked.wait(), slow_to_end.wait(5)), daemon=True)  # the prefetch
+    not_waited.start()
     exit_wait.finish_before_exit(ended)
     exit_wait.finish_before_exit(stoppable, stop=stopped.set)
     exit_wait.finish_before_exit(stuck)
-    assert [thread for thread, _ in exit_wait._waiting] == [stoppable, stuck]  # an ended thread is not kept
+    exit_wait.stop_at_exit(not_waited, stop=asked.set)
+    assert [entry[0] for entry in exit_wait._waiting] == [stoppable, stuck, not_waited]  # an ended thread is not kept
+    began = time.monotonic()
     exit_wait._finish()
     assert exit_wait.exiting()
     assert not stoppable.is_alive()
     assert stuck.is_alive()  # left to the process after the bound, as a daemon
+    assert asked.is_set() and not_waited.is_alive()  # asked to end, and not waited for
+    assert time.monotonic() - began < 2.0  # the stuck thread's 0.5 s bound, not the other's 5 s
     assert exit_wait._waiting == []
+    slow_to_end.set()
 
 
 def test_a_store_call_after_uninstall_is_dropped_without_disabling_or_warning(
