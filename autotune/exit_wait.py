@@ -3,20 +3,20 @@
 ``warm_start()`` leaves daemon threads working for the job: the install, the store's imports,
 the prefetch, the vector-ISA probes. A script that exits while one of them still runs (one
 that never compiles, or exits early) used to take them into the interpreter's finalization,
-where a daemon thread that calls back into C++ (torch's, greenlet's) is ended by
-``pthread_exit`` inside a ``noexcept`` frame: the process aborted with "terminate called
-without an active exception" after the script's last line had run, and threads still
-importing printed errors about half-torn-down modules.
+where a daemon thread taking the GIL back is ended by ``pthread_exit``; inside a C++ frame
+that ends the process. A CI job aborted so after its last line had run ("terminate called
+without an active exception"; which thread it was is not known), and threads still importing
+printed errors about half-torn-down modules.
 
 So each such thread is registered here with how to ask it to stop, and at exit every one is
 asked, then joined, within ``EXIT_WAIT_S`` in all. A job that compiled finds them long ended
 and waits for nothing. The prefetch is only asked (``stop_at_exit``): it reads the database,
-which may hang, and exit never waits for it (issue 53); asked, it ends at its next step, which
-is mostly the store's imports, joined here. The hook runs among ``threading``'s exit functions, ahead of
-``concurrent.futures``' (they run in reverse order of registration, and that module is
-imported before ours registers), so a thread still fetching through the store's executor is
-not refused. A thread that outlasts the wait is left as before: a stuck database never holds
-up the exit for long.
+which may hang, and exit never waits for it (issue 53); asked, it ends at its next step, mostly
+just after the store's imports, which are joined. This runs among ``threading``'s exit
+functions, ahead of ``concurrent.futures``' (they run in reverse order of registration, and
+that module is imported before ours registers), so a thread still fetching through the store's
+executor is not refused. A thread that outlasts the wait is left as before: a stuck database
+never holds up the exit for long.
 """
 
 from __future__ import annotations
