@@ -64,12 +64,9 @@ def _register(thread: threading.Thread, stop: Callable[[], None] | None, joined:
         if _registered:
             return
         _registered = True
-    register = getattr(threading, "_register_atexit", None)  # CPython's, since 3.9
     try:
-        if register is None:
-            raise RuntimeError("threading has no exit functions")
-        register(_finish)
-    except RuntimeError:  # the interpreter already exits, or a Python without it
+        threading._register_atexit(_finish)  # type: ignore[attr-defined]  # CPython's, since 3.9
+    except (AttributeError, RuntimeError):  # a Python without it, or the interpreter already exits
         atexit.register(_finish)
 
 

@@ -68,7 +68,7 @@ class WarmStart:
         self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
         if gpu is not None:
-            self._prepare_kernels(policy, gpu, _finished_before_exit(prewarm_triton_backend()))
+            self._prepare_kernels(policy, gpu, prewarm_triton_backend())
         self._verdicts = _verdict_modules(policy, gpu, off)
         if prefetch:  # before the artifact tier, which asks the prefetch first
             policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
@@ -90,9 +90,10 @@ class WarmStart:
             loader = threading.Thread(target=policy.load_kernel_configs, args=(device,),
                                       name="autotune-kernel-configs", daemon=True)
             loader.start()
-            exit_wait.finish_before_exit(loader)
             threads.append(loader)
             kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
+        for thread in threads:  # the interpreter's exit waits for them too (autotune/exit_wait.py says why)
+            exit_wait.finish_before_exit(thread)
         timeout = policy.settings.lookup_timeout + 10
 
         def ready() -> None:
@@ -171,13 +172,6 @@ class WarmStart:
 
     def __repr__(self) -> str:
         return f"WarmStart({self.stats}, installed={self.installed})"
-
-
-def _finished_before_exit(thread: threading.Thread | None) -> threading.Thread | None:
-    """``thread``, which the interpreter's exit waits for (autotune/exit_wait.py says why)."""
-    if thread is not None:
-        exit_wait.finish_before_exit(thread)
-    return thread
 
 
 class _DecisionBook:
