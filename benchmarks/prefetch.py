@@ -247,7 +247,7 @@ def measure_model(name: str, path: str, args: argparse.Namespace, builds: list[f
                                                         if log_dir else None)
         if sweep.get("status") != "ok":
             return entry
-        baseline = baseline_folder(args.baseline) if args.baseline else None
+        baseline: Path | None = args.baseline
         timed = [(s, b) for b in builds for s in (*TIMED, *((BASELINE,) if baseline else ()))]
         # The timed scenarios' processes take turns: a drift of the machine's speed falls on all alike.
         plan = [("default", 0.0, 0), ("floor-save", 0.0, 0)] + [
@@ -475,8 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     harness.log_to_stderr(args.verbose)
     if args.build_seconds <= 0 or args.timeout <= 0 or args.processes < 1:
         raise SystemExit("--build-seconds, --timeout and --processes must be positive")
-    if args.baseline:
-        baseline_folder(args.baseline)  # before the sweep: a wrong folder fails at once
+    if args.baseline:  # checked once, before any sweep: a wrong folder fails at once
+        args.baseline = baseline_folder(args.baseline)
     return benchmark(args)
 
 
