@@ -51,12 +51,14 @@ class WarmStart:
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None, *, prefetch: bool = False) -> None:
+        from autotune.inductor_glue import guard_repr
         from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend, probe_vec_isa_early
         from autotune.inductor_glue.inductor import benchmarks_run
 
         pin_triton_toolchain()  # the same Triton backend hash as the sweep's workers
         self._benchmarks_before = benchmarks_run()  # the stats count this process's from here
         self._policy = policy
+        guard_repr.push(self)  # a compiled optimizer step's first call prints none of its tensors
         gpu = _triton_device()
         off = seams.usable_all(_features_in_use(policy.settings, gpu))  # one warning per feature a seam turns off
         # Built at the first lowering, if any; None where this torch lacks the selector's seams.
@@ -164,6 +166,9 @@ class WarmStart:
                 kernel_configs.pop()
         for module in self._verdicts:
             module.pop()
+        from autotune.inductor_glue import guard_repr
+
+        guard_repr.pop(self)
         self._policy.close()
         self.installed = False
         if _active is self:

@@ -213,6 +213,13 @@ LAZY_PASSES = tuple(_declare(f"torch._inductor.fx_passes.{module}", "lazy_init",
                              "registered by the background install before the first compile "
                              "(which registers them itself without it)", required=False)
                     for module in ("pre_grad", "joint_graph", "post_grad"))
+# Dynamo's identity guards, which torch 2.10 to 2.12 annotate with the guarded tensor's printed
+# values (inductor_glue/guard_repr.py): a compiled optimizer step's first call prints every state tensor.
+ID_MATCH_GUARD = _declare("torch._dynamo.guards", "GuardBuilder.id_match_unchecked", PATCH, (),
+                          "a tensor it guards is named, not printed (printed, as torch does, without it)",
+                          required=False)
+TENSOR_REPR = _declare("torch._tensor", "Tensor.__repr__", PATCH, (),
+                       "a tensor printed for an identity guard is named without its values", required=False)
 _declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
          "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
 _declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),
