@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import importlib
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,11 +32,6 @@ log = logging.getLogger(__name__)
 # The torch modules the install imports, and through them nearly all it imports of torch's; the
 # script's imports of torch's modules wait for these (autotune/import_gate.py).
 GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm", "torch.utils.cpp_extension")
-# The interpreter's thread switch interval while the install's threads run beside the script
-# (CPython's default is 5 ms). A thread importing modules lets the GIL go at each file it stats
-# and reads, then waits a whole interval to get it back from a thread that computes: beside the
-# script's model building or compile, the store's imports took several times as long.
-SWITCH_INTERVAL_S = 0.0005
 
 
 class PendingWarmStart:
@@ -55,7 +49,6 @@ class PendingWarmStart:
         # The CPU clock of the thread that builds the model, then compiles, read here on that
         # thread (autotune/script_pace.py says why).
         self._script_clock = own_cpu_clock()
-        self._switching = _FasterSwitching()  # until the install's thread ends
         release = compile_gate.hold(self._wait_to_compile)
         # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
         # and the install (the pattern passes it registers) must see the script's, not torch's defaults.
@@ -71,14 +64,6 @@ class PendingWarmStart:
         exit_wait.finish_before_exit(thread, stop=self._exiting.set)
 
     def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
-        try:
-            self._install_and_prewarm(install, release)
-            if self._handle is not None and not self._exiting.is_set():
-                self._handle.wait_for_store_imports()
-        finally:
-            self._switching.restore()
-
-    def _install_and_prewarm(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
         timeline = self._timeline
         try:
             for name in GATED_IMPORTS:
@@ -126,16 +111,12 @@ class PendingWarmStart:
         return prewarm_compile_passes(default_device(), stop=stop, pace=pace.wait)
 
     def _wait_to_compile(self) -> None:
-        """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting. It waits for
-        the store's imports too, which its first lookup needs: run beside the compile, they would
-        take the GIL in turns with it, and the compile would soon wait for them anyway."""
+        """``torch.compile``'s wait (compile_gate.py): the compile is noted as waiting."""
         if self._done.is_set():
             return
         self._compile_waiting.set()
         began = time.perf_counter()
         self._done.wait()
-        if self._handle is not None:
-            self._handle.wait_for_store_imports()
         self._timeline.install_wait_s += time.perf_counter() - began
 
     def _wait(self) -> None:
@@ -182,20 +163,6 @@ class PendingWarmStart:
 
     def __repr__(self) -> str:
         return repr(self._handle) if self._done.is_set() else "WarmStart(installing)"
-
-
-class _FasterSwitching:
-    """The interpreter's thread switch interval at most ``SWITCH_INTERVAL_S`` from now until
-    ``restore()``, which puts back the script's unless the script has set its own meanwhile."""
-
-    def __init__(self) -> None:
-        self._before = sys.getswitchinterval()
-        self._during = min(self._before, SWITCH_INTERVAL_S)
-        sys.setswitchinterval(self._during)
-
-    def restore(self) -> None:
-        if sys.getswitchinterval() == self._during:
-            sys.setswitchinterval(self._before)
 
 
 @dataclass

@@ -96,7 +96,7 @@ class WarmStart:
             kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
         for thread in threads:  # the interpreter's exit waits for them too (autotune/exit_wait.py says why)
             exit_wait.finish_before_exit(thread)
-        timeout = _thread_wait_s(policy)
+        timeout = policy.settings.lookup_timeout + 10
 
         def ready() -> None:
             for thread in threads:
@@ -117,11 +117,6 @@ class WarmStart:
     @property
     def settings(self) -> Settings:
         return self._policy.settings
-
-    def wait_for_store_imports(self) -> None:
-        """Return once the store's modules are imported (on their own thread since the install),
-        or after the time the hook waits for its threads."""
-        self._policy.wait_for_imports(_thread_wait_s(self._policy))
 
     def flush(self) -> None:
         """Finish writing what this process has to store so far: kernel configs, and with a
@@ -214,12 +209,6 @@ class _DecisionBook:
         entries = self._policy.stats.verdict_log
         if len(entries) < 256:
             entries.append(f"{self._kind} {what} {key} {json.dumps(value, sort_keys=True, default=str)}")
-
-
-def _thread_wait_s(policy: ServePolicy) -> float:
-    """The longest a compile waits for one of the hook's threads: a lookup's own timeout, and
-    time for the imports before it on a busy node."""
-    return policy.settings.lookup_timeout + 10
 
 
 def _features_in_use(settings: Settings, gpu: str | None) -> list[seams.Feature]:

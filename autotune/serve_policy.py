@@ -122,10 +122,6 @@ class ServePolicy:
         # Kernel config copies go through their own thread so lookups never queue behind them.
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
 
-    def wait_for_imports(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` s, for the store's modules to be imported."""
-        self._imports.join(timeout)
-
     # --- store access, bounded and never raising ---------------------------------
     def _call(self, fn: Callable[[protocols.Store], Any], timeout: float | None = None) -> Any:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
