@@ -12,7 +12,7 @@ backend="eager")`` (Dynamo without Inductor), with Dynamo's ``caching_precompile
 It keeps Dynamo's own phase totals and every "package bypass" Dynamo logs: the reason its
 package leaves a graph out, so that a fresh process must trace it again. With ``--warm-start`` a
 third child per sample traces it under ``autotune.warm_start()`` (an empty cache of its own,
-``caching_precompile`` off): torch 2.10 to 2.12 print every tensor an identity guard guards,
+``caching_precompile`` off): torch 2.11 prints every tensor an identity guard guards,
 which the warm start spares (inductor_glue/guard_repr.py).
 """
 

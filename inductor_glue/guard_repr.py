@@ -1,13 +1,14 @@
-"""Dynamo's identity guards without printing the tensors they guard (torch 2.10 to 2.12).
+"""Dynamo's identity guards without printing the tensors they guard (torch 2.11).
 
-Those releases annotate every identity guard (ID_MATCH) with ``repr()`` of the guarded value,
+Torch 2.11 annotates every identity guard (ID_MATCH) with ``repr()`` of the guarded value,
 for the message of a guard that fails. A compiled optimizer step guards each parameter and each
 of its state tensors by identity (their addresses are static, for CUDA graphs), so its first
 call formats every one of them, values and all: a copy to the host and one ``.item()`` per
-printed element, for each tensor, in the first call of every process, cached or not. Later
-releases name the value's type instead. While a warm start is installed, a tensor printed for
+printed element, for each tensor, in the first call of every process, cached or not. Torch 2.13
+names the value's type instead. While a warm start is installed, a tensor printed for
 such a guard is written as its type, shape, dtype and device; every other ``repr()`` of a
-tensor is torch's own. A torch whose guard prints no value is left alone.
+tensor is torch's own. Whether a torch prints is read from its guard's code, whatever its version:
+one that prints no value is left alone.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ LAZY_PASSES = tuple(_declare(f"torch._inductor.fx_passes.{module}", "lazy_init",
                              "registered by the background install before the first compile "
                              "(which registers them itself without it)", required=False)
                     for module in ("pre_grad", "joint_graph", "post_grad"))
-# Dynamo's identity guards, which torch 2.10 to 2.12 annotate with the guarded tensor's printed
+# Dynamo's identity guards, which torch 2.11 annotates with the guarded tensor's printed
 # values (inductor_glue/guard_repr.py): a compiled optimizer step's first call prints every state tensor.
 ID_MATCH_GUARD = _declare("torch._dynamo.guards", "GuardBuilder.id_match_unchecked", PATCH, (),
                           "a tensor it guards is named, not printed (printed, as torch does, without it)",

@@ -53,7 +53,7 @@ def test_a_compiled_optimizer_steps_identity_guards_print_no_tensor_under_the_wa
 
 def test_without_the_warm_start_this_torch_prints_what_its_identity_guards_guard(printed: list[Any]) -> None:
     _compiled_optimizer_step()
-    # torch 2.10 to 2.12 print every guarded tensor; later releases name the type only.
+    # torch 2.11 prints every guarded tensor; torch 2.13 names its type only.
     assert bool(printed) == guard_repr._needed()
 
 
