@@ -321,8 +321,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
                         help="an existing database to create the scratch benchmark database from")
     parser.add_argument("--workdir", default=tempfile.gettempdir(), help="where the SQLite file goes")
-    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="folder of cache_bench.json/.md")
-    parser.add_argument("--label", default=None, help="the run's name (default: cpu)")
+    harness.output_options(parser, "cache_bench", "cpu")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.duration = "1e3,1e4", 2.0

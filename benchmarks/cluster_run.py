@@ -316,7 +316,8 @@ def results(out: Path) -> harness.Results:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of cluster_run.json/.md and the logs")
+    harness.output_options(parser, "cluster_run", "the device and node count", timeout=540.0, per="run",
+                           out_help="folder of cluster_run.json/.md and the logs")
     parser.add_argument("--cache", required=True, help="a cache URL: each run writes to a fresh database beside it")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--gpus-per-node", type=int, default=0, help="0: a CPU cluster (--device cpu)")
@@ -326,8 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep-args", default="", help="extra arguments for every sweep")
     parser.add_argument("--kill-node", type=int, default=None, help="kill this node (not the head) mid-sweep")
     parser.add_argument("--kill-after", type=int, default=1, help="... once this many results are stored")
-    parser.add_argument("--timeout", type=float, default=540.0)
-    parser.add_argument("--label", default=None, help="the run's name (default: the device and node count)")
     args = parser.parse_args(argv)
     if args.kill_node is not None and not 0 < args.kill_node < args.nodes:
         parser.error(f"--kill-node must name a node other than the head: 1 .. {args.nodes - 1}")

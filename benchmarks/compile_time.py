@@ -777,9 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=f"scenarios: {', '.join(SCENARIOS)}")
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"names ({', '.join(MODELS)}) or files")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="a subset (and what each needs)")
-    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of compile_time.json/.md")
-    parser.add_argument("--label", default=None, help="the run's name in the results (default: GPU and models)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per scenario (default 600)")
+    harness.output_options(parser, "compile_time", "GPU and models", timeout=600.0, per="scenario")
     parser.add_argument("--runs", type=int, default=100,
                         help="timed calls per scenario, at least; timing lasts at least 1 s (default 100)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls before them (default 10)")

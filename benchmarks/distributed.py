@@ -375,10 +375,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(the same job in cold max-autotune) [default: default,cold-single]")
     parser.add_argument("--cpu-ranks", type=int, default=8, help="ranks of the larger CPU job [default: 8]")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU part")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
-    parser.add_argument("--out", default=str(harness.RESULTS))
+    harness.output_options(parser, "distributed", "gpu or cpu", timeout=600.0, per="child")
     parser.add_argument("--logs", help="write each child's output here")
-    parser.add_argument("--label", help="the run's label [default: gpu or cpu]")
     parser.add_argument("--workdir", help="scratch folder [default: a new temporary one]")
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]

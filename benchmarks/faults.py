@@ -41,9 +41,8 @@ def results(out: Path) -> harness.Results:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of faults.json/.md")
+    harness.output_options(parser, "faults", "the device")
     parser.add_argument("--only", default=None, help="pytest -k: a trial run of some scenarios, nothing written")
-    parser.add_argument("--label", default=None, help="the run's name (default: the device)")
     args = parser.parse_args(argv)
     info = harness.machine()
     with tempfile.TemporaryDirectory(prefix="faults_") as tmp:

@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return child(parser.parse_args(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m benchmarks.import_race", description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=16, help="children per setting (default %(default)s)")
-    parser.add_argument("--out", default="benchmarks/results", help="folder of import_race.json/.md")
-    parser.add_argument("--label", help="the run's name in the results (default: the device)")
-    parser.add_argument("--timeout", type=float, default=180, help="seconds per process (default %(default)s)")
+    harness.output_options(parser, "import_race", "the device", timeout=180)
     args = parser.parse_args(argv)
     if args.processes < 1 or args.timeout <= 0:
         parser.error("--processes and --timeout must be positive")

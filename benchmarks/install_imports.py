@@ -169,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return child(argv[1])
     parser = argparse.ArgumentParser(prog="python -m benchmarks.install_imports", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=8, help="children per mode (default %(default)s)")
-    parser.add_argument("--out", default="benchmarks/results", help="folder of install_imports.json/.md")
-    parser.add_argument("--label", default=None, help="the run's name in the results (default: the device)")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds per process (default %(default)s)")
+    harness.output_options(parser, "install_imports", "the device", timeout=120)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.timeout <= 0:
         parser.error("--rounds and --timeout must be positive")

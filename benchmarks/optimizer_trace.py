@@ -145,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.optimizer_trace", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="a training model file (default %(default)s)")
     parser.add_argument("--samples", type=int, default=2, help="children per setting (default %(default)s)")
-    parser.add_argument("--out", default="benchmarks/results", help="folder of optimizer_trace.json/.md")
-    parser.add_argument("--label", help="the run's name in the results (default: the device)")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds per process (default %(default)s)")
+    harness.output_options(parser, "optimizer_trace", "the device", timeout=300)
     parser.add_argument("--warm-start", action="store_true",
                         help="a third child per sample: under autotune.warm_start() (caching_precompile off)")
     args = parser.parse_args(argv)

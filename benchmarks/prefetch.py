@@ -440,9 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {','.join(DEFAULT_MODELS)}; with --quick {','.join(QUICK_MODELS)})")
     parser.add_argument("--quick", action="store_true", help="the small model only (the CPU smoke run)")
     parser.add_argument("--build-seconds", type=float, default=5.0, help="model building, besides 0 (default 5)")
-    parser.add_argument("--out", default=str(harness.RESULTS), help="folder of prefetch.json/.md")
-    parser.add_argument("--label", default=None, help="the run's name in the results (default: device and models)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per process (default 600)")
+    harness.output_options(parser, "prefetch", "device and models", timeout=600.0)
     parser.add_argument("--processes", type=int, default=1, metavar="N",
                         help="fresh processes per timed scenario, taking turns; its figures are their medians "
                              "(default 1)")
