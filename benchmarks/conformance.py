@@ -797,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default and cold max-autotune in every dynamic mode, in static only (the dynamic rows' "
                         "ratios are then shown, not judged), or none")
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
-    harness.output_options(parser, "conformance", "the device", timeout=600.0, per="step at most",
+    harness.output_options(parser, "conformance", None, timeout=600.0, per="step at most",
                            out_help="folder of conformance.json/.md and the work folder")
     parser.add_argument("--budget", type=float, default=560.0, help="seconds: start no step that would not end by then")
     parser.add_argument("--runs", type=int, default=None, help="timed calls per compile, at least; timing lasts at least 1 s "

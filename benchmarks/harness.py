@@ -48,13 +48,15 @@ WARM_IMPORTS = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._
 AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')"]
 
 
-def output_options(parser: argparse.ArgumentParser, name: str, label_default: str, *,
+def output_options(parser: argparse.ArgumentParser, name: str, label_default: str | None, *,
                    timeout: float | None = None, per: str = "process", out_help: str | None = None) -> None:
     """The options every benchmark takes: where its results go (``--out``), the run's name
-    (``--label``) and, for one that runs children, each one's time limit (``--timeout``)."""
+    (``--label``, unless ``label_default`` is None: a benchmark that names its runs itself) and,
+    for one that runs children, each one's time limit (``--timeout``)."""
     parser.add_argument("--out", type=Path, default=RESULTS,
                         help=out_help or f"folder of {name}.json/.md (default benchmarks/results)")
-    parser.add_argument("--label", default=None, help=f"the run's name in the results (default: {label_default})")
+    if label_default is not None:
+        parser.add_argument("--label", default=None, help=f"the run's name in the results (default: {label_default})")
     if timeout is not None:
         parser.add_argument("--timeout", type=float, default=timeout, help=f"seconds per {per} (default %(default)s)")
 
