@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
-from autotune.inductor_glue import seams
+from autotune.inductor_glue import guard_repr, seams
 from autotune.inductor_glue.inductor import install, uninstall
 
 from . import exit_wait
@@ -51,7 +51,6 @@ class WarmStart:
     # verdict for a fusion, that verdict is served instead (inductor_glue/fusion.py).
     def __init__(self, policy: ServePolicy, trusted: TrustedKeys = NO_TRUSTED_KEYS,
                  signer: Signer | None = None, *, prefetch: bool = False) -> None:
-        from autotune.inductor_glue import guard_repr
         from autotune.inductor_glue.env import pin_triton_toolchain, prewarm_triton_backend, probe_vec_isa_early
         from autotune.inductor_glue.inductor import benchmarks_run
 
@@ -161,8 +160,6 @@ class WarmStart:
                 kernel_configs.pop()
         for module in self._verdicts:
             module.pop()
-        from autotune.inductor_glue import guard_repr
-
         guard_repr.pop(self)
         self._policy.close()
         self.installed = False

@@ -52,7 +52,7 @@ class _BypassLog(logging.Handler):
 
 
 def child(args: argparse.Namespace) -> int:
-    result: dict[str, Any] = {"precompile": args.precompile, "warm_start": args.warm_start, "status": "error"}
+    result: dict[str, Any] = {"precompile": args.precompile, "warm_start": bool(args.warm_start), "status": "error"}
     try:
         _child_run(args, result)
         result["status"] = "ok"
