@@ -13,6 +13,9 @@ changed model, torch, Triton, config or device misses safely:
   whose path under the cache dir is a hash of its source and compiler command
   line (kernels, and the probes that pick the vector ISA); before it builds,
   the file is fetched by that path.
+- **Triton's native modules** (a kernel's launcher, the driver's utilities), which Triton builds
+  with the C compiler when its own cache lacks them: fetched before the compiler runs. See
+  ``autotune/triton_modules.py``.
 - **Dynamo's package** (``caching_precompile``): ``DynamoCache.load`` reads
   ``<cache dir>/dynamo/<source id>/entry``; the entry is fetched there first.
   See ``autotune/dynamo_package.py``.
@@ -44,6 +47,8 @@ from autotune.cache.text import escape_control
 from autotune.inductor_glue import seams
 from autotune.inductor_glue.local_cache import inductor_cache_dir, write_atomic
 from autotune.inductor_glue.patching import StackedPatch
+
+from .triton_modules import BUILD_TRITON_MODULE
 
 if TYPE_CHECKING:
     from .prefetch import Prefetch
@@ -279,6 +284,7 @@ class ArtifactSeams:
         if self._graphs:
             self._switches.on()
             _COMPILE_CPP.push(tier)
+            BUILD_TRITON_MODULE.push(tier)  # not patched where Triton is not installed
         _TIERS.append(tier)
         self.package = packages.install(tier) if dynamo_package else None
 
@@ -298,6 +304,7 @@ class ArtifactSeams:
             self.package = None
         if self._graphs:
             _COMPILE_CPP.pop()
+            BUILD_TRITON_MODULE.pop(self.tier)
         if self.tier in _TIERS:
             _TIERS.remove(self.tier)
         self._switches.off()

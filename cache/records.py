@@ -395,7 +395,11 @@ ARTIFACT_FX_GRAPH = "fx_graph"  # Inductor's FX graph cache entry (a pickled com
 ARTIFACT_AOT_AUTOGRAD = "aot_autograd"  # AOTAutograd's cache entry (forward and backward)
 ARTIFACT_DYNAMO = "dynamo"  # Dynamo's package (caching_precompile): traced code and guards
 ARTIFACT_CPP_KERNEL = "cpp_kernel"  # a compiled C++ kernel library (.so), by Inductor's source+flags hash
-ARTIFACT_KINDS = (ARTIFACT_FX_GRAPH, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_DYNAMO, ARTIFACT_CPP_KERNEL)
+# A native module Triton builds with the C compiler (a kernel's launcher, its driver's utilities),
+# by Triton's version, the module's source and the Python ABI: gcc's seconds on a fresh node.
+ARTIFACT_TRITON_MODULE = "triton_module"
+ARTIFACT_KINDS = (ARTIFACT_FX_GRAPH, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_DYNAMO, ARTIFACT_CPP_KERNEL,
+                  ARTIFACT_TRITON_MODULE)
 # The largest payload a reader takes (AUTOTUNE_MAX_ARTIFACT_BYTES): a larger one is refused
 # before it is read, so a planted row cannot fill a job's memory. Compiled graphs with their
 # kernels are megabytes; a Dynamo package of a large model tens of megabytes.

@@ -1,4 +1,4 @@
-"""Every private torch attribute autotune reads, patches, subclasses or assigns: one table.
+"""Every private torch (or Triton) attribute autotune reads, patches, subclasses or assigns: one table.
 
 Each seam names its dotted path, what is done with it (``read``, ``patch``: a method or
 function replaced while a feature is active, ``subclass``: a class we derive from or a
@@ -149,9 +149,12 @@ class Seam:
         return undo
 
     def _missing(self, detail: object) -> str:
-        import torch
-
-        return f"torch {torch.__version__} has no {self.path} ({detail})"
+        package = self.module.partition(".")[0]
+        try:
+            version = importlib.import_module(package).__version__
+        except Exception:  # noqa: BLE001 - a package that is not installed has no version to name
+            return f"{package} is not installed: no {self.path} ({detail})"
+        return f"{package} {version} has no {self.path} ({detail})"
 
 
 SEAMS: list[Seam] = []
@@ -165,8 +168,8 @@ def _config_entry(owner: Any, name: str) -> Any:
 
 
 def _declare(module: str, attr: str, kind: str, features: tuple[Feature, ...], why: str,
-             required: bool = True) -> Seam:
-    seam = Seam(module, attr, kind, features, why, required)
+             required: bool = True, checked_on: tuple[str, ...] = CHECKED_ON) -> Seam:
+    seam = Seam(module, attr, kind, features, why, required, checked_on)
     SEAMS.append(seam)
     return seam
 
@@ -292,6 +295,12 @@ CPP_BUILD = _declare("torch._inductor.cpp_builder", "CppBuilder.build", PATCH, (
                      "a C++ library is fetched before it is built, and published after")
 _declare("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path", READ, (ARTIFACTS,),
          "the library's path under the cache dir: its key")
+# Triton's, not torch's: its build of a native module (a kernel's launcher, the driver's
+# utilities) with the C compiler, called only when Triton's own cache lacks the module
+# (autotune/triton_modules.py). A CPU machine may have no Triton: not required.
+TRITON_BUILD = _declare("triton.runtime.build", "_build", PATCH, (ARTIFACTS,),
+                        "a native module Triton builds is fetched before the C compiler runs, and published "
+                        "after (the compiler runs without it)", required=False, checked_on=("triton 3.6",))
 # The vector-ISA probes: Inductor builds a small C++ program per ISA into the cache dir, once per
 # process (these caches), seconds of a fresh CPU node's first compile. A publishing pass clears
 # them and probes again inside the artifact tier, so the probes' builds are published too
