@@ -50,9 +50,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Fetched in the order a compile asks: Dynamo's package before tracing, the AOTAutograd and
-# FX graph entries before lowering, Triton's launchers and C++ libraries when a graph is loaded or built.
-KIND_ORDER = (ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFACT_TRITON_MODULE, ARTIFACT_CPP_KERNEL)
+# Fetched in the order they are asked for. Triton's native modules first: its driver's module is
+# asked for at warm_start() by the thread that prewarms Triton's backend hash, which the first
+# kernel waits for, and each is a few kilobytes. Then Dynamo's package before tracing, the
+# AOTAutograd and FX graph entries before lowering, C++ libraries when a graph is loaded or built.
+KIND_ORDER = (ARTIFACT_TRITON_MODULE, ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFACT_CPP_KERNEL)
 # The most payload bytes held in memory; artifacts past it are fetched on demand, as without
 # a prefetch (a team's cache may hold many models for one device).
 MAX_PREFETCH_BYTES = 1024 * 1024 * 1024
