@@ -96,9 +96,12 @@ class ArtifactTier:
     def writes(self) -> bool:
         return self.signer is not None
 
-    def fetch(self, kind: str, key: str) -> bytes | None:
-        """The payload stored under (kind, key) if it verifies, else None (a miss)."""
+    def fetch(self, kind: str, key: str, *, wait: bool = True) -> bytes | None:
+        """The payload stored under (kind, key) if it verifies, else None (a miss). With ``wait``
+        false, one the prefetch has not reached yet is a miss too, without waiting for it."""
         if not self.reads:
+            return None
+        if not wait and self._prefetched is not None and not self._prefetched.settled(kind, key):
             return None
         held = self._prefetched.artifact(kind, key) if self._prefetched is not None else None
         if held is not None:

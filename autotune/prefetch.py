@@ -50,10 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Fetched in the order they are asked for. Triton's native modules first: its driver's module is
-# asked for at warm_start() by the thread that prewarms Triton's backend hash, which the first
-# kernel waits for, and each is a few kilobytes. Then Dynamo's package before tracing, the
-# AOTAutograd and FX graph entries before lowering, C++ libraries when a graph is loaded or built.
+# Fetched in the order they are asked for, Triton's native modules first: a few kilobytes each, and
+# one not fetched yet when asked for is built, not waited for (autotune/triton_modules.py). Then
+# Dynamo's package before tracing, the AOTAutograd and FX graph entries before lowering, C++
+# libraries when a graph is loaded or built.
 KIND_ORDER = (ARTIFACT_TRITON_MODULE, ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFACT_CPP_KERNEL)
 # The most payload bytes held in memory; artifacts past it are fetched on demand, as without
 # a prefetch (a team's cache may hold many models for one device).
@@ -150,6 +150,14 @@ class Prefetch:
                 self._count_wait(lambda: self._artifact_ready.wait_for(
                     lambda: wanted in self._artifacts or self._done.is_set(), self._timeout))
             return self._artifacts.get(wanted)
+
+    def settled(self, kind: str, key: str) -> bool:
+        """Whether ``artifact(kind, key)`` would answer now, without waiting for the prefetch."""
+        if self._done.is_set() or self._abandoned:
+            return True
+        if not self._artifacts_listed.is_set():
+            return False
+        return (kind, key) not in self._listed or (kind, key) in self._artifacts
 
     # --- waiting -------------------------------------------------------------------------
     def _on_prefetch_thread(self) -> bool:

@@ -11,6 +11,10 @@ spells the kernel's signature), the libraries and flags it links with, the platf
 ABI (its extension suffix). Machine paths (the include and library dirs) are left out, as Triton's
 own cache key leaves them out. A served module is loaded once before it is handed to Triton, so one
 that this machine cannot load is built instead of failing the compile.
+
+A module the warm start's prefetch has not reached yet is built, not waited for: the compiler runs
+outside the GIL, and the thread that prewarms Triton's backend hash asks for the driver's module at
+warm_start(), before the prefetch has opened the store (the first kernel waits for that thread).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def _loads(path: str) -> bool:
 
 def _served(tier: ArtifactTier, key: str, name: str, srcdir: str) -> str | None:
     """The path of the stored module written where the compiler would write it, or None."""
-    payload = tier.fetch(ARTIFACT_TRITON_MODULE, key)
+    payload = tier.fetch(ARTIFACT_TRITON_MODULE, key, wait=False)
     if payload is None:
         return None
     path = os.path.join(srcdir, f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}")

@@ -156,3 +156,31 @@ def test_exit_does_not_wait_for_a_prefetch_in_flight(tmp_path: Path) -> None:
     exited = time.time()
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert exited - float(proc.stdout.split()[-1]) < 10.0  # torch's own teardown; never the prefetch
+
+
+def test_a_fetch_that_must_not_wait_is_a_miss_while_the_prefetch_has_not_reached_it(
+        signing_keys: dict[str, Path]) -> None:
+    """Triton's modules are built rather than waited for (autotune/triton_modules.py): with
+    ``wait=False`` the tier neither waits for a prefetch that has not listed its artifacts nor
+    asks the database."""
+    from autotune.artifacts import ArtifactTier
+    from autotune.cache import signing
+    from autotune.cache.records import ARTIFACT_TRITON_MODULE
+    from autotune.hook_stats import HookStats
+    from autotune.prefetch import FAULT_HANG, Prefetch
+
+    stats, asked = HookStats(), []
+    trusted = signing.load_trusted([signing_keys["writer.pub"]])
+    prefetch = Prefetch(open_store=lambda: pytest.fail("a hung prefetch opens no store"), disable=lambda exc: None,
+                        stats=stats, device_kind="cpu", device_name=lambda: "cpu", trusted=trusted,
+                        max_bytes=1 << 20, timeout=60.0, fault=FAULT_HANG)
+    prefetch.start()
+    tier = ArtifactTier(trusted=trusted, signer=None, device="cpu", stats=stats,
+                        call=lambda fn, timeout: asked.append(fn), submit=lambda work: work(), timeout=60.0,
+                        prefetched=prefetch)
+    began = time.perf_counter()
+    assert tier.fetch(ARTIFACT_TRITON_MODULE, "a module", wait=False) is None
+    assert time.perf_counter() - began < 1.0
+    assert (stats.prefetch_waits, asked) == (0, [])
+    prefetch.close()  # a closed prefetch has settled: the fetch goes on to the database
+    assert tier.fetch(ARTIFACT_TRITON_MODULE, "a module", wait=False) is None and len(asked) == 1
