@@ -160,6 +160,17 @@ class ArtifactTier:
         self._submit(put)
 
 
+    def publish_file(self, kind: str, key: str, path: str) -> None:
+        """Publish the file a build wrote (when this tier writes); a file gone is not published."""
+        if not self.writes:
+            return
+        try:
+            with open(path, "rb") as handle:
+                self.publish(kind, key, handle.read())
+        except OSError:
+            log.debug("could not publish the %s at %s", kind, path, exc_info=True)
+
+
 # ------------------------------------------------------------------ remote caches
 
 
@@ -248,12 +259,8 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
         outcome = original(self, *args, **kwargs)
         if missed and tier is not None:
             tier.count_compiled()
-        if tier is not None and tier.writes and key is not None and target is not None:
-            try:
-                with open(target, "rb") as handle:
-                    tier.publish(ARTIFACT_CPP_KERNEL, key, handle.read())
-            except OSError:
-                log.debug("could not publish a C++ build", exc_info=True)
+        if tier is not None and key is not None and target is not None:
+            tier.publish_file(ARTIFACT_CPP_KERNEL, key, target)
         return outcome
 
     return build

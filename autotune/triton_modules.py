@@ -85,12 +85,8 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
             except Exception:  # a cache problem must never fail the compile
                 log.debug("could not fetch a Triton module", exc_info=True)
         built = original(name, src, srcdir, *rest, **options)
-        if tier is not None and tier.writes and key is not None:
-            try:
-                with open(built, "rb") as handle:
-                    tier.publish(ARTIFACT_TRITON_MODULE, key, handle.read())
-            except OSError:
-                log.debug("could not publish a Triton module", exc_info=True)
+        if tier is not None and key is not None:
+            tier.publish_file(ARTIFACT_TRITON_MODULE, key, built)
         return built
 
     return build
