@@ -159,7 +159,6 @@ class ArtifactTier:
 
         self._submit(put)
 
-
     def publish_file(self, kind: str, key: str, path: str) -> None:
         """Publish the file a build wrote (when this tier writes); a file gone is not published."""
         if not self.writes:
