@@ -79,7 +79,7 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
                 with open(src, encoding="utf-8") as handle:
                     linked = [*rest[2:], sorted((k, v) for k, v in options.items() if not k.endswith("_dirs"))]
                     key = module_key(name, handle.read(), linked)
-                served = _served(tier, key, name, srcdir) if tier.reads else None
+                served = _served(tier, key, name, srcdir)  # None where the tier does not read
                 if served is not None:
                     return served
             except Exception:  # a cache problem must never fail the compile
