@@ -23,7 +23,8 @@ set-up call and the compile: the model is built, then the process sleeps for the
 records the first call (the compile call to the first result; a training model's whole first
 step: forward, backward, optimizer) and the whole process (its start to the first result).
 With ``--processes N`` each of them runs in N fresh processes, taking turns, and its figures are
-the medians. With PREFETCH_PROFILE_DIR set, each child also writes its first call's cProfile there.
+the medians. With PREFETCH_PROFILE_DIR set, each child also writes its first call's cProfile there;
+with PREFETCH_SAMPLE_DIR, its threads' stacks up to its first result (benchmarks/thread_samples.py).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, thread_samples
 from benchmarks.harness import fmt, ratio
 
 log = logging.getLogger("prefetch")
@@ -58,6 +59,7 @@ BASELINE = "baseline"  # --baseline DIR: the prefetch scenario with another vers
 BASELINE_COMMIT = "BASELINE_COMMIT"  # the file in DIR naming its commit (benchmarks/baseline_code.sh)
 SPAWNED_ENV = "PREFETCH_BENCH_SPAWNED_AT"  # the parent's wall clock when it started the child
 PROFILE_ENV = "PREFETCH_PROFILE_DIR"  # set: each child writes its first call's cProfile here
+SAMPLE_ENV = "PREFETCH_SAMPLE_DIR"  # set: each child writes its threads' stacks up to its first result here
 FIRST_CALL_GOAL = 0.5  # with model building: the prefetch's first call <= 0.5x the floor's
 WHOLE_GOAL = 0.8  # and its whole process <= 0.8x the floor's
 DEFAULT_GOAL = 0.2  # conv net and transformer: first call <= 0.2x default mode's
@@ -85,6 +87,7 @@ def child(args: argparse.Namespace) -> int:
 def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     spawned = float(os.environ.get(SPAWNED_ENV) or time.time())
     began = time.perf_counter()
+    sampler = thread_samples.Sampler(began) if os.environ.get(SAMPLE_ENV) else None
     handle = _set_up(args)
     import torch
 
@@ -118,6 +121,9 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         _write_profile(profiler, Path(os.environ[PROFILE_ENV]) / f"{Path(args.model).stem}-{args.scenario}-"
                        f"{args.build_seconds:g}.txt")
     result["whole_process_s"] = time.time() - spawned
+    if sampler is not None:
+        sampler.stop(Path(os.environ[SAMPLE_ENV]) / f"{Path(args.model).stem}-{args.scenario}-"
+                     f"{args.build_seconds:g}-{os.getpid()}.json")
     result["first_call_phases"] = _longest_phases()
     result.update(device="cuda" if cuda else "cpu", mode=mode, train=prepared.train_step is not None)
     _after(args, result, handle)

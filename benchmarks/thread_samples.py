@@ -1,0 +1,131 @@
+"""What every thread of a process does over time: a sampler for benchmark children, and its report.
+
+A profile follows one thread; a warm start's time goes to several at once (the install, the
+prefetch, the script's own thread waiting at the import gate), and a second lost at 0 s of
+model building lies in how they wait for each other. So a child started with
+``PREFETCH_SAMPLE_DIR`` set (``benchmarks/prefetch.py``) runs ``Sampler``: every ``INTERVAL_S``
+it reads each thread's Python stack (``sys._current_frames``) and, at the first call's end,
+writes them to one JSON file. Reading the stacks holds the GIL for well under a millisecond
+per sample on these processes, so the sampled process runs much as it would.
+
+    python -m benchmarks.thread_samples FILE.json [...]   # each thread's activity, 100 ms a row
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+INTERVAL_S = 0.01
+MAX_FRAMES = 60  # innermost first; deeper stacks (Dynamo's) keep their innermost frames
+MAX_S = 120.0  # a sampler never outlives this, whatever the child does
+# Innermost frames that mean a thread is blocked, not running Python.
+WAITS = ("threading.py:wait", "threading.py:join", "threading.py:_wait_for_tstate_lock", ":_wait_for_the_gate",
+         ":_poll", "queue.py:get", "thread.py:_worker", ":wait_for", "subprocess.py:communicate",
+         "subprocess.py:_wait", "selectors.py:select", "_base.py:result")
+
+
+class Sampler:
+    """Samples every thread's stack on a daemon thread until ``stop(path)``."""
+
+    def __init__(self, began: float) -> None:
+        self._began = began
+        self._stacks: dict[tuple[str, ...], int] = {}
+        self._samples: list[tuple[float, list[tuple[str, int]]]] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+        self._thread.start()
+
+    def _stack_id(self, frame: FrameType | None) -> int:
+        names: list[str] = []
+        while frame is not None and len(names) < MAX_FRAMES:
+            code = frame.f_code
+            names.append(f"{_short(code.co_filename)}:{code.co_name}")
+            frame = frame.f_back
+        return self._stacks.setdefault(tuple(names), len(self._stacks))
+
+    def _run(self) -> None:
+        own = threading.get_ident()
+        while not self._stopped.wait(INTERVAL_S):
+            now = time.perf_counter() - self._began
+            if now > MAX_S:
+                return
+            names = {t.ident: t.name for t in threading.enumerate()}
+            frames = sys._current_frames()
+            self._samples.append((now, [(names.get(ident, str(ident)), self._stack_id(frame))
+                                        for ident, frame in frames.items() if ident != own]))
+
+    def stop(self, path: Path) -> None:
+        self._stopped.set()
+        self._thread.join()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stacks = [list(s) for s, _ in sorted(self._stacks.items(), key=lambda item: item[1])]
+        path.write_text(json.dumps({"interval_s": INTERVAL_S, "stacks": stacks, "samples": self._samples}))
+
+
+def _short(filename: str) -> str:
+    """A file's path from its package down (``torch/_inductor/...``), or its name."""
+    for root in ("/torch/", "/triton/", "/sqlalchemy/", "/autotune/", "/benchmarks/", "/examples/",
+                 "/importlib/", "/cryptography/"):
+        at = filename.rfind(root)
+        if at >= 0:
+            return filename[at + 1:]
+    return filename.rsplit("/", 1)[-1]
+
+
+# ------------------------------------------------------------------------------- the report
+
+
+def activity(stack: list[str]) -> str:
+    """One line for a stack: waiting or running, at its innermost frame and the nearest of ours."""
+    if not stack:
+        return "-"
+    inner = stack[0]
+    ours = next((f for f in stack if f.startswith(("autotune/", "benchmarks/", "examples/"))), "")
+    # The module that the thread's outermost import executes: what that import was for.
+    loads = [i for i, f in enumerate(stack) if f.endswith("_find_and_load")]
+    imported = next((f for f in reversed(stack[:loads[-1]]) if f.endswith(":<module>")), "") if loads else ""
+    state = "wait" if any(w in inner for w in WAITS) else "run"
+    return f"{state} {inner} <- {ours or inner}" + (f" [{imported.removesuffix(':<module>')}]" if imported else "")
+
+
+def report(path: Path, bucket_s: float = 0.1) -> str:
+    data: dict[str, Any] = json.loads(path.read_text())
+    stacks: list[list[str]] = data["stacks"]
+    rows: dict[int, dict[str, Counter[str]]] = {}
+    running: Counter[str] = Counter()
+    for now, threads in data["samples"]:
+        row = rows.setdefault(int(now / bucket_s), {})
+        for name, stack_id in threads:
+            label = activity(stacks[stack_id])
+            row.setdefault(name, Counter())[label] += 1
+            if label.startswith("run"):
+                running[name] += 1
+    lines = [f"# {path.name}: threads' samples that ran Python, x{data['interval_s']} s: "
+             + ", ".join(f"{n} {c * data['interval_s']:.2f}" for n, c in running.most_common())]
+    for index in sorted(rows):
+        parts = [f"{name}: {counts.most_common(1)[0][0]}" for name, counts in sorted(rows[index].items())
+                 if not counts.most_common(1)[0][0].startswith("wait threading.py:wait <- -")]
+        lines.append(f"{index * bucket_s:6.1f}  " + " | ".join(parts))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--bucket", type=float, default=0.1, help="seconds a row (default 0.1)")
+    args = parser.parse_args(argv)
+    for path in args.files:
+        print(report(path, args.bucket))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
