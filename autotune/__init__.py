@@ -25,11 +25,17 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     and the script's imports of torch's modules wait for it (autotune/background.py,
     autotune/import_gate.py). ``AUTOTUNE_BACKGROUND_INSTALL`` 0 or 1 decides it on any machine.
     Bad settings and key files raise here either way."""
+    import sysconfig
     from typing import cast
 
     from .settings import load_keys, warm_start_settings
 
     settings = warm_start_settings(cache, on_miss=on_miss, write_back=write_back, read_only=read_only, **kwargs)
+    # Python before 3.13 fills its config variables at their first use without a lock, and the
+    # warm start's threads read them (importing Triton reads EXE): another thread reading them
+    # meanwhile got None, which failed an install (torch 2.11, Python 3.11). Filled here, before
+    # any of those threads starts, they are only read.
+    sysconfig.get_config_vars()
 
     def install() -> WarmStart:
         from .hook import _install
@@ -47,7 +53,18 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
-    return cast("WarmStart", PendingWarmStart(install))
+    return cast("WarmStart", PendingWarmStart(install, early=_start_beside_imports))
+
+
+def _start_beside_imports() -> None:
+    """Work the hook needs that needs no Inductor, on threads of its own, started before
+    Inductor's imports so that it runs beside them: the store's imports, Triton's key. Both
+    read files more than they hold the GIL (autotune/store_imports.py says why it matters)."""
+    from . import store_imports
+    from .inductor_glue.env import prewarm_triton_key
+
+    store_imports.start()
+    prewarm_triton_key()  # never raises
 
 
 def _timed(install: Callable[[], WarmStart]) -> WarmStart:
@@ -55,6 +72,7 @@ def _timed(install: Callable[[], WarmStart]) -> WarmStart:
     import time
 
     began = time.perf_counter()
+    _start_beside_imports()
     handle = install()
     handle.stats.install_s = time.perf_counter() - began
     return handle

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import importlib
 import logging
 import math
 import socket
@@ -37,7 +36,7 @@ from autotune.inductor_glue.inductor import (
 )
 from autotune.inductor_glue.pinning import Pin, PinIndex
 
-from . import exit_wait
+from . import exit_wait, store_imports
 from .hook_stats import MISSES_LISTED, CacheMissError, HookStats, missed_entry
 from .plan import shape_summary
 from .settings import Settings
@@ -49,10 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def _import_store_modules() -> None:
-    importlib.import_module("autotune.cache.store")  # SQLAlchemy and the store: CPU work that cannot hang
 
 
 def _aten_answer(choices: list[Any]) -> Timings:
@@ -91,13 +86,11 @@ class ServePolicy:
         self.tuned_keys: set[str] = set()
         self._configs_saved: set[str] = set()  # keys stored so far (read and written on the writer thread only)
         self._verdicts: set[str] = set()  # request keys timed here
-        # The store's imports start now and are not part of the lookup timeout, which is
-        # for a slow or unreachable database: on a busy node (a GPU host compiling, with
-        # the GIL shared with the job's own imports) they alone could outlast the timeout
-        # and turn a whole warm start into plain max-autotune.
-        self._imports = threading.Thread(target=_import_store_modules, name="autotune-imports", daemon=True)
-        self._imports.start()
-        exit_wait.finish_before_exit(self._imports)
+        # The store's imports (started by warm_start() already, or now) are not part of the
+        # lookup timeout, which is for a slow or unreachable database: on a busy node (a GPU
+        # host compiling, with the GIL shared with the job's own imports) they alone could
+        # outlast the timeout and turn a whole warm start into plain max-autotune.
+        store_imports.start()
         self._store: protocols.Store | None = None
         self._database: protocols.Store | None = None
         self._disabled = False
@@ -127,7 +120,7 @@ class ServePolicy:
         """Run ``fn(store)`` with the lookup timeout; on any failure disable the cache."""
         if self._disabled:
             return None
-        self._imports.join()
+        store_imports.join()
         began = time.perf_counter()
         try:
             future = self._pool.submit(lambda: fn(self._open()))
@@ -162,8 +155,7 @@ class ServePolicy:
         from the imports thread: SQLAlchemy's modules import each other in cycles, and a second
         thread importing them at once (the prefetch's) was handed unfinished ones, which disabled
         the cache for the whole job."""
-        if threading.current_thread() is not self._imports:
-            self._imports.join()
+        store_imports.join()
         with self._database_lock:
             if self._database is None:
                 from autotune.cache.store import Store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import importlib.util
 import logging
 import platform
 import threading
@@ -295,6 +296,44 @@ def pin_triton_toolchain() -> None:
     _set_triton_ptxas_path()
 
 
+# The thread hashing Triton's install (prewarm_triton_key), once per process.
+_TRITON_KEY: list[threading.Thread] = []
+
+
+def prewarm_triton_key() -> threading.Thread | None:
+    """Start hashing Triton's install, its key, on a thread (None: no Triton here, or started already).
+
+    Every compiled graph's cache key holds it (``CacheBase.get_system``), so a fresh process's
+    first compile computes it unless something did before: it reads and hashes Triton's
+    sources and its native library, a third of a second on its own and most of a second beside
+    other work (the prewarm's thread, started at the install, was still at it when a compile
+    called at once asked, and the compile hashed it again: docs/internals.md). Reading files
+    and hashing megabyte chunks hold the GIL little, so started before Inductor's imports it
+    ends during them. Triton is imported here, on the caller's thread: the hashing thread then
+    imports nothing that another thread may be importing. Triton caches the key
+    (functools.lru_cache), and torch reads it from there."""
+    from .seams import TRITON_KEY
+
+    if _TRITON_KEY or importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        triton_key = TRITON_KEY.resolve()
+    except Exception:  # noqa: BLE001 - a Triton without it, or one that fails to import: the compile says so
+        log.debug("Triton's key is left to the first compile", exc_info=True)
+        return None
+
+    def compute() -> None:
+        try:
+            triton_key()
+        except Exception:  # noqa: BLE001 - the compile computes it again and reports what fails
+            log.debug("hashing Triton's install failed", exc_info=True)
+
+    thread = threading.Thread(target=compute, name="autotune-triton-key", daemon=True)
+    _TRITON_KEY.append(thread)
+    thread.start()
+    return thread
+
+
 def prewarm_triton_backend() -> threading.Thread | None:
     """Start building what Inductor's Triton backend hash needs, on a thread (None: nothing to build).
 
@@ -314,6 +353,8 @@ def prewarm_triton_backend() -> threading.Thread | None:
         return None
 
     def build() -> None:
+        for hashing in _TRITON_KEY:  # the key hashed once: this thread builds the driver's module after it
+            hashing.join()
         try:
             if has_triton():
                 triton_hash_with_backend()

@@ -334,3 +334,39 @@ def test_the_install_thread_sees_the_config_the_script_assigned_before_warm_star
         finally:
             handle.uninstall()
     assert seen == [False]
+
+
+_IMPORT_ORDER = """
+import sys, threading, importlib.util
+import torch, autotune
+handle = autotune.warm_start(sys.argv[1])
+handle.stats  # waits for the install
+names = list(sys.modules)  # in the order each module's import began
+first_inductor = names.index("torch._inductor.compile_fx")
+print("store first" if names.index("sqlalchemy") < first_inductor else "store after")
+if importlib.util.find_spec("triton") is not None:
+    print("triton first" if names.index("triton") < names.index("torch._inductor") else "triton after")
+    for thread in threading.enumerate():
+        if thread.name == "autotune-triton-key":
+            thread.join(120)
+    from triton.runtime.cache import triton_key
+    print("key hashed" if triton_key.cache_info().currsize == 1 else "key not hashed")
+handle.uninstall()
+"""
+
+
+@pytest.mark.torch_subset  # with Triton installed (torch 2.11's wheel), its key is hashed too
+@pytest.mark.parametrize("on_a_thread", ["1", "0"])
+def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_path: Path, on_a_thread: str) -> None:
+    """Both read files more than they hold the GIL, so they run beside Inductor's imports (the
+    install's, or warm_start()'s own) instead of after them, where a compile called at once
+    waited for them (autotune/store_imports.py, inductor_glue/env.py prewarm_triton_key)."""
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": on_a_thread,
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "store first"
+    if len(lines) > 1:  # Triton is installed
+        assert lines[1:] == ["triton first", "key hashed"]

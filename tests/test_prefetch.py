@@ -122,14 +122,14 @@ def test_a_cache_that_is_down_costs_the_prefetch_one_warning_and_no_lookup_waits
 
 _SLOW_STORE_IMPORTS = """
 import importlib, sys, time
-from autotune import serve_policy
+from autotune import serve_policy, store_imports
 from autotune.settings import Settings
 ended = []
 def slow_imports():
     time.sleep(1.0)
     importlib.import_module("autotune.cache.store")
     ended.append(time.monotonic())
-serve_policy._import_store_modules = slow_imports
+store_imports._import_store_modules = slow_imports
 policy = serve_policy.ServePolicy(Settings(cache=sys.argv[1]))
 policy._open_patiently()  # the prefetch's first step, on the thread that asks
 opened = time.monotonic()
