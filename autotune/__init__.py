@@ -53,17 +53,17 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
-    return cast("WarmStart", PendingWarmStart(install, early=_start_beside_imports))
+    return cast("WarmStart", PendingWarmStart(install, early=_before_inductors_imports))
 
 
-def _start_beside_imports() -> None:
-    """Work the hook needs that needs no Inductor, on threads of its own, started before
-    Inductor's imports so that it runs beside them: the store's imports, Triton's key. Both
-    read files more than they hold the GIL (autotune/store_imports.py says why it matters)."""
+def _before_inductors_imports() -> None:
+    """The install thread's first steps, which need no Inductor: the store's imports, so that
+    the prefetch opens the store at once (autotune/store_imports.py), and Triton's key,
+    hashed beside Inductor's imports."""
     from . import store_imports
     from .inductor_glue.env import prewarm_triton_key
 
-    store_imports.start()
+    store_imports.import_here()
     prewarm_triton_key()  # never raises
 
 
@@ -71,8 +71,10 @@ def _timed(install: Callable[[], WarmStart]) -> WarmStart:
     """The install before ``warm_start()`` returns, its seconds in the handle's stats."""
     import time
 
+    from .inductor_glue.env import prewarm_triton_key
+
     began = time.perf_counter()
-    _start_beside_imports()
+    prewarm_triton_key()  # hashed beside Inductor's imports, which install() makes
     handle = install()
     handle.stats.install_s = time.perf_counter() - began
     return handle
