@@ -53,17 +53,17 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
-    return cast("WarmStart", PendingWarmStart(install, early=_before_inductors_imports))
+    return cast("WarmStart", PendingWarmStart(install, early=_start_beside_imports))
 
 
-def _before_inductors_imports() -> None:
-    """The install thread's first steps, which need no Inductor: the store's imports, so that
-    the prefetch opens the store at once (autotune/store_imports.py), and Triton's key,
-    hashed beside Inductor's imports."""
+def _start_beside_imports() -> None:
+    """Work the hook needs that needs no Inductor, on threads of its own, started before
+    Inductor's imports so that it runs beside them: the store's imports, Triton's key. Both
+    read files more than they hold the GIL (autotune/store_imports.py says why it matters)."""
     from . import store_imports
     from .inductor_glue.env import prewarm_triton_key
 
-    store_imports.import_here()
+    store_imports.start()
     prewarm_triton_key()  # never raises
 
 
@@ -71,10 +71,8 @@ def _timed(install: Callable[[], WarmStart]) -> WarmStart:
     """The install before ``warm_start()`` returns, its seconds in the handle's stats."""
     import time
 
-    from .inductor_glue.env import prewarm_triton_key
-
     began = time.perf_counter()
-    prewarm_triton_key()  # hashed beside Inductor's imports, which install() makes
+    _start_beside_imports()
     handle = install()
     handle.stats.install_s = time.perf_counter() - began
     return handle

@@ -67,7 +67,7 @@ class PendingWarmStart:
                  release: Callable[[], None]) -> None:
         timeline = self._timeline
         try:
-            early()  # what needs no Inductor: before its imports
+            early()  # threads that run beside the imports below
             for name in GATED_IMPORTS:
                 importlib.import_module(name)
             # Past these the install and the prewarm import little of torch's: the script's

@@ -1,16 +1,12 @@
-"""The store's imports (SQLAlchemy and the cache package), once per process.
+"""The store's imports (SQLAlchemy and the cache package), once per process, on a thread of their own.
 
-A warm start's first lookup needs them, and they are a quarter of a second of CPU work that
-cannot hang. Where they run matters:
+They are CPU and file work that cannot hang, and a warm start's first lookup needs them. So
+``warm_start()`` starts them before Inductor's imports (autotune/__init__.py): while those
+read torch's modules from disk, this thread reads SQLAlchemy's, and the store opens at once
+when the hook asks for it. Started later, at the hook's install, they came after Inductor's
+imports, and a compile called at once waited for them (docs/internals.md).
 
-- the hook's install starts them on a thread of their own (``start``), beside the rest of the
-  install and the script's model building;
-- the install on a thread imports them itself (``import_here``), first, before Inductor's
-  imports: started at its end they came after those imports, and a compile called at once
-  waited for them through the prefetch; run beside those imports they took turns with them on
-  the GIL and lengthened them by more than their own length (docs/internals.md).
-
-Every user of the store waits for the one import (``join``): SQLAlchemy's modules import each
+Every user of the store joins the one thread (``join()``): SQLAlchemy's modules import each
 other in cycles, and a second thread importing them at once was handed unfinished ones, which
 disabled a job's cache. Nothing here imports torch.
 """
@@ -25,46 +21,27 @@ from . import exit_wait
 THREAD_NAME = "autotune-imports"  # the import gate never holds a thread named autotune-*
 
 _lock = threading.Lock()
-_claimed = False
-_done = threading.Event()
+_thread: threading.Thread | None = None
 
 
 def _import_store_modules() -> None:
     importlib.import_module("autotune.cache.store")
 
 
-def _claim() -> bool:
-    """True for the one caller that imports them."""
-    global _claimed
+def start() -> threading.Thread:
+    """The thread importing the store's modules, started on the first call."""
+    global _thread
     with _lock:
-        claimed, _claimed = _claimed, True
-        return not claimed
-
-
-def _run() -> None:
-    try:
-        _import_store_modules()
-    finally:  # failed: the store's own import raises where it is used, as it would without this
-        _done.set()
-
-
-def start() -> None:
-    """Import them on a thread of their own, unless that has begun already."""
-    if _claim():
-        thread = threading.Thread(target=_run, name=THREAD_NAME, daemon=True)
-        thread.start()
-        exit_wait.finish_before_exit(thread)
-
-
-def import_here() -> None:
-    """Import them on the calling thread now, or wait for the thread that is at it."""
-    if _claim():
-        _run()
-    else:
-        _done.wait()
+        if _thread is None:
+            _thread = threading.Thread(target=_import_store_modules, name=THREAD_NAME, daemon=True)
+            _thread.start()
+            exit_wait.finish_before_exit(_thread)
+        return _thread
 
 
 def join() -> None:
-    """Return once they are imported (started now if nothing started them)."""
-    start()
-    _done.wait()
+    """Return once the store's modules are imported (or their import failed: the store's own
+    import then raises where it is used, as it would without this thread)."""
+    thread = start()
+    if threading.current_thread() is not thread:
+        thread.join()
