@@ -1,10 +1,12 @@
 """The store's imports (SQLAlchemy and the cache package), once per process, on a thread of their own.
 
-They are CPU and file work that cannot hang, and a warm start's first lookup needs them. So
-``warm_start()`` starts them before Inductor's imports (autotune/__init__.py): while those
-read torch's modules from disk, this thread reads SQLAlchemy's, and the store opens at once
-when the hook asks for it. Started later, at the hook's install, they came after Inductor's
-imports, and a compile called at once waited for them (docs/internals.md).
+They are CPU work that cannot hang, and a warm start's first lookup needs them. So
+``warm_start()`` starts them before Inductor's imports (autotune/__init__.py), and the store
+opens at once when the hook asks for it. Started later, at the hook's install, they came after
+Inductor's imports, and a compile called at once waited for them through the prefetch. Beside
+Inductor's imports they take turns with them on the GIL and lengthen them; made first on the
+install's thread instead, they lengthened them more in the one run measured
+(docs/internals.md).
 
 Every user of the store joins the one thread (``join()``): SQLAlchemy's modules import each
 other in cycles, and a second thread importing them at once was handed unfinished ones, which
