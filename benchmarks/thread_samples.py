@@ -9,6 +9,7 @@ writes them to one JSON file. Reading the stacks holds the GIL for well under a 
 per sample on these processes, so the sampled process runs much as it would.
 
     python -m benchmarks.thread_samples FILE.json [...]   # each thread's activity, 100 ms a row
+    python -m benchmarks.thread_samples --within cache.py:triton_key FILE.json [...]   # when each thread was in it
 """
 
 from __future__ import annotations
@@ -117,13 +118,32 @@ def report(path: Path, bucket_s: float = 0.1) -> str:
     return "\n".join(lines)
 
 
+def within(path: Path, frame: str) -> str:
+    """Each thread's first and last sample with ``frame`` on its stack (seconds from the child's start)."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    stacks: list[list[str]] = data["stacks"]
+    spans: dict[str, list[float]] = {}
+    for now, threads in data["samples"]:
+        for name, stack_id in threads:
+            if any(f.endswith(frame) for f in stacks[stack_id]):
+                span = spans.setdefault(name, [now, now])
+                span[1] = now
+    end = data["samples"][-1][0] if data["samples"] else 0.0
+    parts = ", ".join(f"{name} {a:.2f}-{b:.2f} s" for name, (a, b) in sorted(spans.items(), key=lambda kv: kv[1][0]))
+    return f"| {path.name} | {end:.2f} | {parts or '-'} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--bucket", type=float, default=0.1, help="seconds a row (default 0.1)")
+    parser.add_argument("--within", metavar="FRAME", help="a table instead: when each thread ran FRAME "
+                        "(a stack entry's end, as file.py:function)")
     args = parser.parse_args(argv)
+    if args.within:
+        print(f"| samples | first result at s | threads in {args.within} |\n| --- | --- | --- |")
     for path in args.files:
-        print(report(path, args.bucket))
+        print(within(path, args.within) if args.within else report(path, args.bucket))
     return 0
 
 
