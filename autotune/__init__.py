@@ -58,8 +58,9 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
 def _start_beside_imports() -> None:
     """Work the hook needs that needs no Inductor, on threads of its own, started before
-    Inductor's imports so that it runs beside them: the store's imports, Triton's key. Both
-    read files more than they hold the GIL (autotune/store_imports.py says why it matters)."""
+    Inductor's imports so that it runs beside them: the store's imports (which take turns with
+    those imports on the GIL: autotune/store_imports.py says why they start here all the same)
+    and Triton's key (file reads and hashing, which hold the GIL little)."""
     from . import store_imports
     from .inductor_glue.env import prewarm_triton_key
 

@@ -97,9 +97,14 @@ def activity(stack: list[str]) -> str:
     return f"{state} {inner} <- {ours or inner}" + (f" [{imported.removesuffix(':<module>')}]" if imported else "")
 
 
-def report(path: Path, bucket_s: float = 0.1) -> str:
+def _load(path: Path) -> tuple[dict[str, Any], list[list[str]]]:
+    """A sampler's file: its data and its stacks, by id."""
     data: dict[str, Any] = json.loads(path.read_text())
-    stacks: list[list[str]] = data["stacks"]
+    return data, data["stacks"]
+
+
+def report(path: Path, bucket_s: float = 0.1) -> str:
+    data, stacks = _load(path)
     rows: dict[int, dict[str, Counter[str]]] = {}
     running: Counter[str] = Counter()
     for now, threads in data["samples"]:
@@ -120,8 +125,7 @@ def report(path: Path, bucket_s: float = 0.1) -> str:
 
 def within(path: Path, frame: str) -> str:
     """Each thread's first and last sample with ``frame`` on its stack (seconds from the child's start)."""
-    data: dict[str, Any] = json.loads(path.read_text())
-    stacks: list[list[str]] = data["stacks"]
+    data, stacks = _load(path)
     spans: dict[str, list[float]] = {}
     for now, threads in data["samples"]:
         for name, stack_id in threads:

@@ -307,11 +307,10 @@ def prewarm_triton_key() -> threading.Thread | None:
     first compile computes it unless something did before: it reads and hashes Triton's
     sources and its native library, longer beside other work (the prewarm's thread, started at
     the install, was still at it when a compile called at once asked, and the compile hashed
-    it again: docs/internals.md). Reading files
-    and hashing megabyte chunks hold the GIL little, so started before Inductor's imports it
-    ends during them. Triton is imported here, on the caller's thread: the hashing thread then
-    imports nothing that another thread may be importing. Triton caches the key
-    (functools.lru_cache), and torch reads it from there."""
+    it again: docs/internals.md). Reading files and hashing megabyte chunks hold the GIL
+    little, so started before Inductor's imports it ends during them. Triton is imported here,
+    on the caller's thread: the hashing thread then imports nothing that another thread may be
+    importing. Triton caches the key (functools.lru_cache), and torch reads it from there."""
     from .seams import TRITON_KEY
 
     if _TRITON_KEY or importlib.util.find_spec("triton") is None:

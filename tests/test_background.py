@@ -358,9 +358,9 @@ handle.uninstall()
 @pytest.mark.torch_subset  # with Triton installed (torch 2.11's wheel), its key is hashed too
 @pytest.mark.parametrize("on_a_thread", ["1", "0"])
 def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_path: Path, on_a_thread: str) -> None:
-    """Both read files more than they hold the GIL, so they run beside Inductor's imports (the
-    install's, or warm_start()'s own) instead of after them, where a compile called at once
-    waited for them (autotune/store_imports.py, inductor_glue/env.py prewarm_triton_key)."""
+    """Both start before Inductor's imports (the install's, or warm_start()'s own) and run beside
+    them, not after them, where a compile called at once waited for them
+    (autotune/store_imports.py, inductor_glue/env.py prewarm_triton_key)."""
     env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": on_a_thread,
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
