@@ -4,11 +4,15 @@ A profile follows one thread; a warm start's time goes to several at once (the i
 prefetch, the script's own thread waiting at the import gate), and a second lost at 0 s of
 model building lies in how they wait for each other. So a child started with
 ``PREFETCH_SAMPLE_DIR`` set (``benchmarks/prefetch.py``) runs ``Sampler``: every ``INTERVAL_S``
-it reads each thread's Python stack (``sys._current_frames``) and, at the first call's end,
-writes them to one JSON file. Reading the stacks holds the GIL for well under a millisecond
-per sample on these processes, so the sampled process runs much as it would.
+it reads each thread's Python stack (``sys._current_frames``) and the CPU time Linux has given
+it (``/proc/self/task/TID/schedstat``) and, at the first call's end, writes them to one JSON
+file. A stack alone cannot tell a thread that runs from one that waits for the GIL at the same
+line; its CPU time can: a thread waiting for the GIL uses none. Reading them holds the GIL for
+well under a millisecond per sample on these processes, so the sampled process runs much as it
+would.
 
     python -m benchmarks.thread_samples FILE.json [...]   # each thread's activity, 100 ms a row
+    python -m benchmarks.thread_samples --cpu FILE.json [...]   # each thread's CPU share, and the script's waits
     python -m benchmarks.thread_samples --within cache.py:triton_key FILE.json [...]   # when each thread was in it
 """
 
@@ -39,7 +43,7 @@ class Sampler:
     def __init__(self, began: float) -> None:
         self._began = began
         self._stacks: dict[tuple[str, ...], int] = {}
-        self._samples: list[tuple[float, list[tuple[str, int]]]] = []
+        self._samples: list[tuple[float, list[tuple[str, int, int | None]]]] = []
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
         self._thread.start()
@@ -58,9 +62,10 @@ class Sampler:
             now = time.perf_counter() - self._began
             if now > MAX_S:
                 return
-            names = {t.ident: t.name for t in threading.enumerate()}
+            threads = {t.ident: t for t in threading.enumerate()}
             frames = sys._current_frames()
-            self._samples.append((now, [(names.get(ident, str(ident)), self._stack_id(frame))
+            self._samples.append((now, [(_name(threads.get(ident), ident), self._stack_id(frame),
+                                         _cpu_ns(threads.get(ident)))
                                         for ident, frame in frames.items() if ident != own]))
 
     def stop(self, path: Path) -> None:
@@ -69,6 +74,22 @@ class Sampler:
         path.parent.mkdir(parents=True, exist_ok=True)
         stacks = [list(s) for s, _ in sorted(self._stacks.items(), key=lambda item: item[1])]
         path.write_text(json.dumps({"interval_s": INTERVAL_S, "stacks": stacks, "samples": self._samples}))
+
+
+def _name(thread: threading.Thread | None, ident: int) -> str:
+    return thread.name if thread is not None else str(ident)
+
+
+def _cpu_ns(thread: threading.Thread | None) -> int | None:
+    """The nanoseconds a thread has run on a CPU, as Linux counts them (None: not on Linux, or gone)."""
+    native = getattr(thread, "native_id", None)
+    if native is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native}/schedstat", "rb") as stat:
+            return int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _short(filename: str) -> str:
@@ -109,7 +130,7 @@ def report(path: Path, bucket_s: float = 0.1) -> str:
     running: Counter[str] = Counter()
     for now, threads in data["samples"]:
         row = rows.setdefault(int(now / bucket_s), {})
-        for name, stack_id in threads:
+        for name, stack_id, *_ in threads:
             label = activity(stacks[stack_id])
             row.setdefault(name, Counter())[label] += 1
             if label.startswith("run"):
@@ -128,7 +149,7 @@ def within(path: Path, frame: str) -> str:
     data, stacks = _load(path)
     spans: dict[str, list[float]] = {}
     for now, threads in data["samples"]:
-        for name, stack_id in threads:
+        for name, stack_id, *_ in threads:
             if any(f.endswith(frame) for f in stacks[stack_id]):
                 span = spans.setdefault(name, [now, now])
                 span[1] = now
@@ -137,13 +158,92 @@ def within(path: Path, frame: str) -> str:
     return f"| {path.name} | {end:.2f} | {parts or '-'} |"
 
 
+def _cpu_deltas(samples: list[Any]) -> list[tuple[float, float, dict[str, float]]]:
+    """Per interval between two samples: its start, its end and each thread's CPU seconds in it.
+    A thread first seen after the first sample started since (Linux counts its time from 0)."""
+    last: dict[str, int] = {}
+    out: list[tuple[float, float, dict[str, float]]] = []
+    previous = 0.0
+    for index, (now, threads) in enumerate(samples):
+        used: dict[str, float] = {}
+        for name, _stack, *cpu in threads:
+            ns = cpu[0] if cpu else None
+            if ns is None:
+                continue
+            before = last.get(name, ns if index == 0 else 0)
+            used[name] = max(0, ns - before) / 1e9
+            last[name] = ns
+        if index:
+            out.append((previous, now, used))
+        previous = now
+    return out
+
+
+def _main_states(samples: list[Any], stacks: list[list[str]]) -> list[str]:
+    """The script's thread's activity at each sample (``activity``, without the module imported)."""
+    states = []
+    for _now, threads in samples:
+        main = next((stack for name, stack, *_ in threads if name == "MainThread"), None)
+        states.append(activity(stacks[main]).split(" [")[0] if main is not None else "-")
+    return states
+
+
+def _add(into: dict[str, float], more: dict[str, float]) -> None:
+    for name, seconds in more.items():
+        into[name] = into.get(name, 0.0) + seconds
+
+
+def cpu_report(path: Path, bucket_s: float = 0.25, top: int = 6) -> str:
+    """Each thread's CPU seconds: in all, per ``bucket_s`` (with the script's activity), and while
+    the script's thread did each of its ``top`` longest activities (a wait at the import gate:
+    what ran meanwhile)."""
+    data, stacks = _load(path)
+    samples = data["samples"]
+    deltas = _cpu_deltas(samples)
+    if not deltas or not any(used for _a, _b, used in deltas):
+        return f"# {path.name}: no CPU times (sampled before they were recorded, or not on Linux)"
+    states = _main_states(samples, stacks)
+    total: dict[str, float] = {}
+    buckets: dict[int, dict[str, float]] = {}
+    bucket_state: dict[int, Counter[str]] = {}
+    by_state: dict[str, dict[str, float]] = {}
+    state_s: dict[str, float] = {}
+    for (began, ended, used), state in zip(deltas, states[1:]):
+        index = int(ended / bucket_s)
+        _add(buckets.setdefault(index, {}), used)
+        bucket_state.setdefault(index, Counter())[state] += 1
+        _add(by_state.setdefault(state, {}), used)
+        _add(state_s, {state: ended - began})
+        _add(total, used)
+
+    def shares(used: dict[str, float]) -> str:
+        parts = [f"{name} {seconds:.2f}" for name, seconds in sorted(used.items(), key=lambda kv: -kv[1])
+                 if seconds >= 0.005]
+        return ", ".join(parts) + f"; all {sum(used.values()):.2f}"
+
+    lines = [f"# {path.name}: CPU s up to the first result ({deltas[-1][1]:.2f} s): {shares(total)}",
+             "## while the script's thread ...", ]
+    for state, seconds in sorted(state_s.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"- {seconds:5.2f} s {state}: CPU s {shares(by_state[state])}")
+    lines.append(f"## every {bucket_s:g} s: the script's thread, then each thread's CPU s")
+    for index in sorted(buckets):
+        state = bucket_state[index].most_common(1)[0][0]
+        lines.append(f"{index * bucket_s:6.2f}  {state[:70]:70}  {shares(buckets[index])}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--bucket", type=float, default=0.1, help="seconds a row (default 0.1)")
     parser.add_argument("--within", metavar="FRAME", help="a table instead: when each thread ran FRAME "
                         "(a stack entry's end, as file.py:function)")
+    parser.add_argument("--cpu", action="store_true", help="each thread's CPU seconds: in all, while the "
+                        "script's thread did each of its longest activities, and per --bucket")
     args = parser.parse_args(argv)
+    if args.cpu:
+        print("\n\n".join(cpu_report(path, args.bucket) for path in args.files))
+        return 0
     if args.within:
         print(f"| samples | first result at s | threads in {args.within} |\n| --- | --- | --- |")
     for path in args.files:
