@@ -36,10 +36,6 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     # meanwhile got None, which failed an install (torch 2.11, Python 3.11). Filled here, before
     # any of those threads starts, they are only read.
     sysconfig.get_config_vars()
-    # Before torch's import below (where to install asks torch for a GPU): they run beside it,
-    # as in the install before returning, not beside Inductor's imports, which a script at its
-    # first compile waits for.
-    _start_beside_imports()
 
     def install() -> WarmStart:
         from .hook import _install
@@ -57,12 +53,12 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
     # It answers every attribute of a WarmStart, once installed.
-    return cast("WarmStart", PendingWarmStart(install))
+    return cast("WarmStart", PendingWarmStart(install, early=_start_beside_imports))
 
 
 def _start_beside_imports() -> None:
-    """Work the hook needs that needs no Inductor, on threads of its own, started before torch's
-    and Inductor's imports so that it runs beside them: the store's imports (which take turns with
+    """Work the hook needs that needs no Inductor, on threads of its own, started before
+    Inductor's imports so that it runs beside them: the store's imports (which take turns with
     those imports on the GIL: autotune/store_imports.py says why they start here all the same)
     and Triton's key (file reads and hashing, which hold the GIL little)."""
     from . import store_imports
@@ -77,6 +73,7 @@ def _timed(install: Callable[[], WarmStart]) -> WarmStart:
     import time
 
     began = time.perf_counter()
+    _start_beside_imports()
     handle = install()
     handle.stats.install_s = time.perf_counter() - began
     return handle

@@ -39,7 +39,7 @@ class PendingWarmStart:
     install, then is the installed ``WarmStart``'s. An install that failed leaves the job
     unserved, with one warning, and empty stats; it never raises into the job."""
 
-    def __init__(self, install: Callable[[], WarmStart]) -> None:
+    def __init__(self, install: Callable[[], WarmStart], early: Callable[[], None] = lambda: None) -> None:
         self._timeline = _Timeline(began=time.perf_counter(), imports_waited_before=import_gate.waited_s())
         self._done = threading.Event()
         self._compile_waiting = threading.Event()  # a compile came before the install ended
@@ -52,7 +52,7 @@ class PendingWarmStart:
         release = compile_gate.hold(self._wait_to_compile)
         # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
         # and the install (the pattern passes it registers) must see the script's, not torch's defaults.
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(self._install, install, release),
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(self._install, install, early, release),
                                   name="autotune-install", daemon=True)
         # Inductor's selector waits for the install too, from the moment Inductor is imported:
         # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
@@ -63,9 +63,11 @@ class PendingWarmStart:
         thread.start()
         exit_wait.finish_before_exit(thread, stop=self._exiting.set)
 
-    def _install(self, install: Callable[[], WarmStart], release: Callable[[], None]) -> None:
+    def _install(self, install: Callable[[], WarmStart], early: Callable[[], None],
+                 release: Callable[[], None]) -> None:
         timeline = self._timeline
         try:
+            early()  # threads that run beside the imports below
             for name in GATED_IMPORTS:
                 importlib.import_module(name)
             # Past these the install and the prewarm import little of torch's: the script's
