@@ -14,6 +14,7 @@ would.
     python -m benchmarks.thread_samples FILE.json [...]   # each thread's activity, 100 ms a row
     python -m benchmarks.thread_samples --cpu FILE.json [...]   # each thread's CPU share, and the script's waits
     python -m benchmarks.thread_samples --within cache.py:triton_key FILE.json [...]   # when each thread was in it
+    python -m benchmarks.thread_samples B.json [...] --modules-beyond A.json [...]   # imported in B, not A
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ class Sampler:
         self._thread.join()
         path.parent.mkdir(parents=True, exist_ok=True)
         stacks = [list(s) for s, _ in sorted(self._stacks.items(), key=lambda item: item[1])]
-        path.write_text(json.dumps({"interval_s": INTERVAL_S, "stacks": stacks, "samples": self._samples}))
+        # The modules imported by then: what one way of starting imported that another did not.
+        path.write_text(json.dumps({"interval_s": INTERVAL_S, "stacks": stacks, "samples": self._samples,
+                                    "modules": sorted(sys.modules)}))
 
 
 def _name(thread: threading.Thread | None, ident: int) -> str:
@@ -232,6 +235,21 @@ def cpu_report(path: Path, bucket_s: float = 0.25, top: int = 6) -> str:
     return "\n".join(lines)
 
 
+def module_difference(first: list[Path], second: list[Path]) -> str:
+    """The modules every process of ``second`` had imported by its first result and no process
+    of ``first`` had, by top-level package, then each."""
+    def imported(paths: list[Path]) -> list[set[str]]:
+        return [set(_load(path)[0].get("modules", ())) for path in paths]
+
+    ones, twos = imported(first), imported(second)
+    extra = sorted(set.intersection(*twos) - set().union(*ones)) if twos else []
+    packages = Counter(name.partition(".")[0] for name in extra)
+    lines = [f"# {len(extra)} modules in every one of {len(twos)} processes and in none of {len(ones)}: "
+             + ", ".join(f"{package} {count}" for package, count in packages.most_common())]
+    lines += extra
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
@@ -240,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(a stack entry's end, as file.py:function)")
     parser.add_argument("--cpu", action="store_true", help="each thread's CPU seconds: in all, while the "
                         "script's thread did each of its longest activities, and per --bucket")
+    parser.add_argument("--modules-beyond", metavar="FILE", type=Path, nargs="+",
+                        help="list the modules FILES' processes all imported and none of these did")
     args = parser.parse_args(argv)
+    if args.modules_beyond:
+        print(module_difference(args.modules_beyond, args.files))
+        return 0
     if args.cpu:
         print("\n\n".join(cpu_report(path, args.bucket) for path in args.files))
         return 0
