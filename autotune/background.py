@@ -31,7 +31,12 @@ log = logging.getLogger(__name__)
 
 # The torch modules the install imports, and through them nearly all it imports of torch's; the
 # script's imports of torch's modules wait for these (autotune/import_gate.py).
-GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm", "torch.utils.cpp_extension")
+GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm")
+# Only where the install runs the vector-ISA probes (a CPU job: inductor_glue/env.py,
+# probe_vec_isa_early): their builds import it, and setuptools with it. A GPU job's install and
+# first compile never import it, and importing it there lengthened the script's wait at the
+# import gate (benchmarks/results/thread_samples_h200.md).
+PROBE_IMPORTS = ("torch.utils.cpp_extension",)
 
 
 class PendingWarmStart:
@@ -68,7 +73,7 @@ class PendingWarmStart:
         timeline = self._timeline
         try:
             early()  # threads that run beside the imports below
-            for name in GATED_IMPORTS:
+            for name in _gated_imports():
                 importlib.import_module(name)
             # Past these the install and the prewarm import little of torch's: the script's
             # imports need not wait for the rest.
@@ -165,6 +170,15 @@ class PendingWarmStart:
 
     def __repr__(self) -> str:
         return repr(self._handle) if self._done.is_set() else "WarmStart(installing)"
+
+
+def _gated_imports() -> tuple[str, ...]:
+    """What the install imports while the script's imports of torch's modules wait: on a CPU job
+    also what its vector-ISA probes import after the gate opens (the hook runs them where no
+    GPU is seen: autotune/hook.py)."""
+    from autotune.inductor_glue.env import default_device
+
+    return GATED_IMPORTS + (PROBE_IMPORTS if default_device() == "cpu" else ())
 
 
 @dataclass
