@@ -370,3 +370,27 @@ def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_p
     assert lines[0] == "store first"
     if len(lines) > 1:  # Triton is installed
         assert lines[1:] == ["triton first", "key hashed"]
+
+
+_PROBES_AFTER_THE_GATE = """
+import importlib, sys
+from autotune import background
+from autotune.inductor_glue.env import import_probe_modules
+for name in background._gated_imports():
+    importlib.import_module(name)
+before = set(sys.modules)
+import_probe_modules()
+print(sorted(name for name in set(sys.modules) - before if name.partition(".")[0] in ("torch", "setuptools")))
+"""
+
+
+def test_on_a_cpu_job_the_gate_covers_what_the_isa_probes_import_after_it_opens(tmp_path: Path) -> None:
+    """A CPU job's install runs the vector-ISA probes after the import gate opens; every torch
+    module they import (cpp_extension, and setuptools with it) is imported before it opens, so
+    the probes import nothing beside the script's imports (a GPU job, which runs no probes,
+    leaves cpp_extension out: autotune/background.py)."""
+    assert "torch.utils.cpp_extension" in background._gated_imports()
+    done = subprocess.run([sys.executable, "-c", _PROBES_AFTER_THE_GATE], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
