@@ -21,6 +21,7 @@ Resolving a seam imports its module (``torch._inductor.*``), nothing more.
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import threading
@@ -135,7 +136,7 @@ class Seam:
         runs on the thread that set it."""
         entry = _config_entry(self.owner(), self.name)
         before, default = self.get(), getattr(entry, "default", None)
-        setter = threading.get_ident()
+        setter, per_thread = threading.get_ident(), _assigned_per_thread(entry)
         if entry is not None:
             entry.default = value
         self.set(value)
@@ -143,7 +144,9 @@ class Seam:
         def undo() -> None:
             if entry is not None:
                 entry.default = default
-            if threading.get_ident() == setter:
+            # One value for the process (torch 2.11, a plain attribute): undone from any thread,
+            # the hook's uninstall on the script's thread included. Per thread: only the setter's.
+            if threading.get_ident() == setter or not per_thread:
                 self.set(before)
 
         return undo
@@ -158,6 +161,12 @@ class Seam:
 
 
 SEAMS: list[Seam] = []
+
+
+def _assigned_per_thread(entry: Any) -> bool:
+    """Whether torch keeps a value assigned to this config option per thread: its entry's
+    ``user_override`` is a ContextVar in torch 2.13, one value for the process in 2.11."""
+    return isinstance(getattr(entry, "user_override", None), contextvars.ContextVar)
 
 
 def _config_entry(owner: Any, name: str) -> Any:
@@ -320,7 +329,9 @@ VEC_ISAS = _declare("torch._inductor.cpu_vec_isa", "supported_vec_isa_list", REA
 _PKG = "torch._dynamo.package"
 CONFIG_ENTRY = _declare("torch.utils._config_module", "_ConfigEntry", READ, (ARTIFACTS, DYNAMO_PACKAGE),
                        "a config option's entry (a module's _config), whose default the background install "
-                       "sets: torch 2.13 keeps assigned options per thread", required=False)
+                       "sets: torch 2.13 keeps assigned options per thread (its user_override a ContextVar, "
+                       "one value for the process in 2.11, which the uninstall restores from any thread)",
+                       required=False)
 CACHING_PRECOMPILE = _declare("torch._dynamo.config", "caching_precompile", ASSIGN, (DYNAMO_PACKAGE,),
                               "torch.compile asks for a package before it traces")
 PACKAGE_LOAD = _declare(_PKG, "DiskDynamoCache.load", PATCH, (DYNAMO_PACKAGE,),
