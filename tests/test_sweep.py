@@ -135,8 +135,9 @@ def test_models_captured_side_by_side_are_planned_as_captured_in_turn(sqlite_url
 def test_a_model_file_that_defines_train_step_is_captured_first_as_a_training_step_beside_an_inference_one(
         sqlite_url: str, tmp_path: Path) -> None:
     # One sweep, no --train: the copy that defines train_step() is captured forward and backward
-    # (its backward asks for the forward's two bmm shapes again: twice the lookups), and before
-    # the inference model given ahead of it (the longest chain starts first).
+    # (its backward asks for the forward's two bmm shapes again: two lookups more), and before
+    # the inference model given ahead of it (the longest chain starts first). torch 2.13 tunes
+    # the two bmms alone on a CPU (2 and 4 lookups); 2.11 tunes the Linear's addmm too (4 and 6).
     bmm = Path(TINY).parent / "tiny_bmm.py"
     trained = tmp_path / "tiny_bmm_train.py"
     trained.write_text(bmm.read_text() + "\n\ndef train_step(model, optimizer, inputs):\n"
@@ -145,7 +146,7 @@ def test_a_model_file_that_defines_train_step_is_captured_first_as_a_training_st
                        Settings.from_env(cache=sqlite_url, device="cpu"))
     training, inference = report.models
     assert (training.path, inference.path) == (str(trained), str(bmm)), _debug(report)
-    assert (inference.lookups, training.lookups) == (2, 4), _debug(report)
+    assert inference.lookups >= 2 and training.lookups - inference.lookups == 2, _debug(report)
 
 
 def _tiny_cpu_jobs() -> list[TuneJob]:
