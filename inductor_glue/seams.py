@@ -132,8 +132,9 @@ class Seam:
         too; returns the undo. torch 2.13 keeps an assigned config option per thread (a
         ContextVar): set on the background install's thread alone, the artifact tier's switches
         never reached the script's compiles. The default is read by every thread that assigned
-        none of its own. The undo restores the default, and this thread's own value where it
-        runs on the thread that set it."""
+        none of its own. The undo restores the default and the assigned value: from the thread
+        that set it where torch keeps one per thread, from any thread where it keeps one for the
+        process (torch 2.11)."""
         entry = _config_entry(self.owner(), self.name)
         before, default = self.get(), getattr(entry, "default", None)
         setter, per_thread = threading.get_ident(), _assigned_per_thread(entry)
