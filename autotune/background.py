@@ -31,12 +31,8 @@ log = logging.getLogger(__name__)
 
 # The torch modules the install imports, and through them nearly all it imports of torch's; the
 # script's imports of torch's modules wait for these (autotune/import_gate.py).
+# A CPU job's install adds what its vector-ISA probes import (_gated_imports).
 GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm")
-# Only where the install runs the vector-ISA probes (a CPU job: inductor_glue/env.py,
-# probe_vec_isa_early): their builds import it, and setuptools with it. A GPU job's install and
-# first compile never import it, and importing it there lengthened the script's wait at the
-# import gate (benchmarks/results/thread_samples_h200.md).
-PROBE_IMPORTS = ("torch.utils.cpp_extension",)
 
 
 class PendingWarmStart:
@@ -175,10 +171,12 @@ class PendingWarmStart:
 def _gated_imports() -> tuple[str, ...]:
     """What the install imports while the script's imports of torch's modules wait: on a CPU job
     also what its vector-ISA probes import after the gate opens (the hook runs them where no
-    GPU is seen: autotune/hook.py)."""
-    from autotune.inductor_glue.env import default_device
+    GPU is seen: autotune/hook.py). Only there: their cpp_extension brings setuptools and
+    Cython, which a GPU job's install and first compile never import, and which lengthened the
+    script's wait at the gate (docs/internals.md)."""
+    from autotune.inductor_glue.env import PROBE_MODULES, default_device
 
-    return GATED_IMPORTS + (PROBE_IMPORTS if default_device() == "cpu" else ())
+    return GATED_IMPORTS + (PROBE_MODULES if default_device() == "cpu" else ())
 
 
 @dataclass

@@ -127,12 +127,19 @@ def probe_vec_isa_early() -> threading.Thread | None:
     return thread
 
 
+# Every module the vector-ISA probes import (tests/test_isa_probes.py checks it). The install on
+# a thread imports them on a CPU job before the script's imports go on (autotune/background.py).
+PROBE_MODULES = (
+    "torch._inductor.codecache",  # a probe writes its source and takes its file lock there
+    "torch._inductor.cpp_builder",
+    "torch._inductor.cpu_vec_isa",
+    "torch.utils.cpp_extension",  # a probe's build imports it, and setuptools with it
+)
+
+
 def import_probe_modules() -> None:
-    """Every module the vector-ISA probes import (tests/test_isa_probes.py checks it)."""
-    import torch._inductor.codecache  # noqa: F401 - a probe writes its source and takes its file lock there
-    import torch._inductor.cpp_builder  # noqa: F401
-    import torch._inductor.cpu_vec_isa  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401 - a probe's build imports it, and setuptools with it
+    for name in PROBE_MODULES:
+        importlib.import_module(name)
 
 
 @functools.cache
