@@ -20,11 +20,13 @@ warm_start(), before the prefetch has opened the store (the first kernel waits f
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import logging
 import os
 import platform
+import struct
 import sysconfig
 from typing import TYPE_CHECKING, Any
 
@@ -43,9 +45,18 @@ def module_key(name: str, source: str, linked: list[Any]) -> str:
     """The portable key of a module Triton builds from ``source`` (``linked``: its libraries and flags)."""
     import triton
 
-    parts = [source, linked, platform.machine(), platform.system(), *platform.architecture()]
+    parts = [source, linked, *_platform()]
     digest = hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()
     return f"triton-{triton.__version__}:{name}{sysconfig.get_config_var('EXT_SUFFIX')}:{digest}"
+
+
+@functools.cache
+def _platform() -> tuple[str, str, str]:
+    """The machine, the OS and the pointer width. Not ``platform.architecture()``: it runs the
+    ``file`` command on the interpreter (a process per call, on the compile's thread) and reads
+    the binary's format from it only where ``file`` is installed, which would split one platform
+    into two keys."""
+    return platform.machine(), platform.system(), f"{struct.calcsize('P') * 8}bit"
 
 
 def _loads(path: str) -> bool:

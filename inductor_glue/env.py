@@ -376,10 +376,11 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
                            pace: Callable[[], None] = lambda: None) -> int:
     """Register Inductor's pattern passes now, as the first compile on ``device`` would: the
     background install does it while the script builds its model, so the first compile finds
-    them done (a small model's first call spent a large share of its time there). Before each
-    pass, ``pace()`` returns once the pass may run (the caller's choice of when), then
-    ``stop()`` true leaves it and the rest to the compile. Never raises; how many it registered
-    (a pass already registered in this process is not counted).
+    them done (a small model's first call spent a large share of its time there). First it
+    sets up what every compile sets up on first use (``set_up_first_compile``). Before each
+    step, ``pace()`` returns once the step may run (the caller's choice of when), then
+    ``stop()`` true leaves it and the rest to the compile. Never raises; how many passes it
+    registered (a pass already registered in this process is not counted).
 
     They are registered on a thread of this function's own, which never exits where it must
     not: tracing the patterns enters ``FakeTensorMode``, and its first entry in a process with a
@@ -399,6 +400,37 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
     return warmed[0] if warmed else 0
 
 
+def set_up_first_compile(stop: Callable[[], bool] = lambda: False, pace: Callable[[], None] = lambda: None) -> int:
+    """Run what every compile runs once per process on first use (``FIRST_COMPILE_SETUP``:
+    Dynamo's backends, Inductor's code generators, the modules a trace filters from its stack),
+    importing the modules they import, so that a served compile's first call does not. Each is
+    a ``functools.cache``: the compile's own call then returns at once, and a step this leaves
+    is run by the compile as without it. ``pace`` and ``stop`` as for the passes. Never raises;
+    returns how many steps ran their body here."""
+    import torch
+
+    from .seams import FIRST_COMPILE_SETUP, LOCAL_MAP_MODULE
+
+    ran = 0
+    for seam in FIRST_COMPILE_SETUP:
+        try:
+            pace()
+            if stop():
+                return ran
+            set_up = seam.resolve()
+            misses = _cache_misses(set_up)
+            set_up()
+            ran += misses is None or _cache_misses(set_up) != misses
+        except Exception:  # noqa: BLE001 - the first compile sets it up itself
+            log.debug("setting up %s early failed", seam.path, exc_info=True)
+    try:
+        if torch.distributed.is_available() and not stop():
+            LOCAL_MAP_MODULE.resolve()  # the import itself
+    except Exception:  # noqa: BLE001 - as above
+        log.debug("importing %s early failed", LOCAL_MAP_MODULE.path, exc_info=True)
+    return ran
+
+
 # Never set: the passes' thread waits on it for good where the fake CUDA guard is its own.
 _OUTLIVE_THE_PROCESS = threading.Event()
 
@@ -411,6 +443,7 @@ def _register_passes(device: str, warmed: list[int], done: threading.Event, stop
 
         from .seams import LAZY_PASSES
 
+        set_up_first_compile(stop, pace)
         count = 0
         for seam in LAZY_PASSES:
             try:

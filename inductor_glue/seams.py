@@ -226,6 +226,21 @@ LAZY_PASSES = tuple(_declare(f"torch._inductor.fx_passes.{module}", "lazy_init",
                              "registered by the background install before the first compile "
                              "(which registers them itself without it)", required=False)
                     for module in ("pre_grad", "joint_graph", "post_grad"))
+# What every compile sets up on first use, importing modules as it goes (a warm compile, whose
+# graphs the cache serves, spent a share of its first call in these imports): the background
+# install calls them while the script builds its model, before the pattern passes.
+FIRST_COMPILE_SETUP = (
+    _declare("torch._dynamo.backends.registry", "_lazy_import", READ, (),
+             "Dynamo's backends and their entry points, imported as every compile ends", required=False),
+    _declare("torch._inductor.codegen.common", "init_backend_registration", READ, (),
+             "Inductor's code generators, imported for the first graph's cache key", required=False),
+    _declare("torch.fx.experimental.symbolic_shapes", "uninteresting_files", READ, (),
+             "the modules Dynamo's first traced op imports to filter its stack", required=False),
+)
+# Imported by Dynamo's first trace of a callable attribute (a local_map check), where
+# torch.distributed is built in.
+LOCAL_MAP_MODULE = _declare("torch.distributed.tensor.experimental._func_map", "", READ, (),
+                            "imported before the first trace, as FIRST_COMPILE_SETUP", required=False)
 # Dynamo's identity guards, which torch 2.11 annotates with the guarded tensor's printed
 # values (inductor_glue/guard_repr.py): a compiled optimizer step's first call prints every state tensor.
 ID_MATCH_GUARD = _declare("torch._dynamo.guards", "GuardBuilder.id_match_unchecked", PATCH, (),

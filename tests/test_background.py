@@ -191,30 +191,38 @@ def test_a_script_that_reaches_inductor_while_it_is_imported_on_the_thread_is_se
 PREWARMED_JOB = """
 import sys, threading, torch, autotune
 from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
+from autotune.inductor_glue.seams import FIRST_COMPILE_SETUP
 handle = autotune.warm_start(sys.argv[1], on_miss="aten")
 for _ in range(20):  # the script's own torch work beside the thread's registration
     torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU())(torch.randn(4, 16)).sum().backward()
 handle.resolved()
+def set_up():
+    return tuple(seam.resolve().cache_info().misses for seam in FIRST_COMPILE_SETUP)
+local_map = "torch.distributed.tensor.experimental._func_map" in sys.modules or not torch.distributed.is_available()
+print(*set_up(), local_map)
 print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
 parked = any(t.name == "autotune-inductor-passes" for t in threading.enumerate())
 print(parked == (torch.backends.cuda.is_built() and not torch.cuda.is_available()))
 out = torch.compile(torch.nn.Linear(16, 8), mode="max-autotune")(torch.randn(4, 16))
-print(joint_graph.lazy_init.cache_info().currsize, tuple(out.shape))
+print(joint_graph.lazy_init.cache_info().currsize, tuple(out.shape), *set_up())
 """
 
 
 @pytest.mark.torch_subset
-def test_the_install_on_the_thread_registers_inductors_pattern_passes_before_the_first_compile(
+def test_the_install_on_the_thread_sets_up_the_first_compile_and_registers_the_passes_before_it(
         tmp_path: Path) -> None:
-    # A fresh process, where no compile has registered them: the thread does, for this device,
-    # and the first compile finds them registered (no second registration). With a CUDA build
-    # and no GPU (the torch 2.11 subset's PyPI wheel) the registering thread stays parked: its
-    # exit left c10's CUDA guard registry dangling and the first compile crashed (SIGSEGV).
+    # A fresh process, where no compile has set anything up: the thread runs what every compile
+    # runs once (importing Dynamo's backends, Inductor's code generators, the modules a trace
+    # filters from its stack) and registers the pattern passes for this device; the first
+    # compile finds all of it done (nothing run a second time). With a CUDA build and no GPU
+    # (the torch 2.11 subset's PyPI wheel) the registering thread stays parked: its exit left
+    # c10's CUDA guard registry dangling and the first compile crashed (SIGSEGV).
     done = _background_job(PREWARMED_JOB, tmp_path)
-    warmed, parked_where_it_must, compiled = done.stdout.splitlines()[-3:]
+    set_up, warmed, parked_where_it_must, compiled = done.stdout.splitlines()[-4:]
+    assert set_up == "1 1 1 True"  # each setup ran once, before any compile; the local_map module imported
     assert warmed == "1 1 1"
     assert parked_where_it_must == "True"
-    assert compiled == "1 (4, 8)"
+    assert compiled == "1 (4, 8) 1 1 1"  # the compile ran none of them again
 
 
 RACED_JOB = """
@@ -230,10 +238,13 @@ handle = autotune.warm_start(sys.argv[1], on_miss="aten")
 threading.Timer(2.0, go.set).start()
 model = torch.nn.Linear(16, 8)
 compiled = torch.compile(model, mode="max-autotune")  # waits for the install
-print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
+from autotune.inductor_glue.seams import FIRST_COMPILE_SETUP
+def set_up():
+    return tuple(seam.resolve().cache_info().misses for seam in FIRST_COMPILE_SETUP)
+print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)), *set_up())
 with torch.no_grad():
     out = compiled(x := torch.randn(4, 16))
-print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)))
+print(*(f.lazy_init.cache_info().currsize for f in (pre_grad, joint_graph, post_grad)), *set_up())
 print(torch.allclose(out, model(x)), handle.stats.errors)
 stats = handle.stats
 print(stats.passes_prewarmed, stats.install_wait_s >= 1.0, stats.install_s >= 2.0)
@@ -241,14 +252,15 @@ print(stats.passes_prewarmed, stats.install_wait_s >= 1.0, stats.install_s >= 2.
 
 
 def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_itself(tmp_path: Path) -> None:
-    # With no model building to hide it behind, registering every pass first would only add to
-    # the first call (a compile whose graphs the cache serves runs fewer of them): the install
-    # leaves them to the compile, which registers what it runs, as without the background install.
+    # With no model building to hide it behind, setting up the first compile and registering
+    # every pass first would only add to the first call (a compile whose graphs the cache serves
+    # runs fewer passes): the install leaves them to the compile, which runs what it needs, as
+    # without the background install.
     # The stats say so, and how long the compile waited for the install.
     done = _background_job(RACED_JOB, tmp_path)
     registered_before, registered_after, result, stats = done.stdout.splitlines()[-4:]
-    assert registered_before == "0 0 0"
-    assert registered_after == "1 1 1"  # by the compile, as it ran them
+    assert registered_before == "0 0 0 0 0 0"  # no pass, and none of the first compile's setup
+    assert registered_after == "1 1 1 1 1 1"  # by the compile, as it ran them
     assert result == "True 0"  # the right output, no error
     assert stats == "0 True True"  # none prewarmed; the compile waited for the install, held 2 s
 

@@ -158,6 +158,27 @@ def test_exit_does_not_wait_for_a_prefetch_in_flight(tmp_path: Path) -> None:
     assert exited - float(proc.stdout.split()[-1]) < 10.0  # torch's own teardown; never the prefetch
 
 
+def test_a_triton_modules_key_names_the_platform_without_running_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The platform in a Triton module's key (autotune/triton_modules.py) is read without a
+    process on the compile's thread, and reads the same where no ``file`` command is installed."""
+    import platform
+    import struct
+
+    from autotune import triton_modules
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a process was started: {args}")
+
+    triton_modules._platform.cache_clear()
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    monkeypatch.setenv("PATH", "")
+    try:
+        parts = triton_modules._platform()
+    finally:
+        triton_modules._platform.cache_clear()
+    assert parts == (platform.machine(), platform.system(), f"{struct.calcsize('P') * 8}bit")
+
+
 def test_a_fetch_that_must_not_wait_is_a_miss_while_the_prefetch_has_not_reached_it(
         signing_keys: dict[str, Path]) -> None:
     """Triton's modules are built rather than waited for (autotune/triton_modules.py): with
