@@ -91,9 +91,8 @@ class HookStats:
     prefetch_wait_s: float = 0.0
     # The install: seconds from warm_start() to the hook in place; on a thread, the seconds it
     # then spent on the first compile's set-ups and Inductor's pattern passes (waiting its turn
-    # beside a busy script included),
-    # how many of them it registered before the first compile, and how long torch.compile and
-    # the script's imports of torch's modules waited for it (autotune/background.py,
+    # beside a busy script included), how many passes it registered before the first compile,
+    # and how long torch.compile and the script's imports of torch's modules waited for it (autotune/background.py,
     # autotune/import_gate.py).
     install_s: float = 0.0
     prewarm_s: float = 0.0

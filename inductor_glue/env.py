@@ -400,35 +400,29 @@ def prewarm_compile_passes(device: str, stop: Callable[[], bool] = lambda: False
     return warmed[0] if warmed else 0
 
 
-def set_up_first_compile(stop: Callable[[], bool] = lambda: False, pace: Callable[[], None] = lambda: None) -> int:
+def set_up_first_compile(stop: Callable[[], bool] = lambda: False, pace: Callable[[], None] = lambda: None) -> None:
     """Run what every compile runs once per process on first use (``FIRST_COMPILE_SETUP``:
-    Dynamo's backends, Inductor's code generators, the modules a trace filters from its stack),
-    importing the modules they import, so that a served compile's first call does not. Each is
-    a ``functools.cache``: the compile's own call then returns at once, and a step this leaves
-    is run by the compile as without it. ``pace`` and ``stop`` as for the passes. Never raises;
-    returns how many steps ran their body here."""
+    Dynamo's backends, Inductor's code generators, the modules a trace filters from its stack,
+    then local_map's module), importing the modules they import, so that a served compile's
+    first call does not. Each is a ``functools.cache``: the compile's own call then returns at
+    once, and a step this leaves is run by the compile as without it. ``pace`` and ``stop`` as
+    for the passes. Never raises."""
     import torch
 
     from .seams import FIRST_COMPILE_SETUP, LOCAL_MAP_MODULE
 
-    ran = 0
-    for seam in FIRST_COMPILE_SETUP:
+    # local_map's module is imported only where torch.distributed is built in, as Dynamo does.
+    local_map = (LOCAL_MAP_MODULE,) if torch.distributed.is_available() else ()
+    for seam in (*FIRST_COMPILE_SETUP, *local_map):
         try:
             pace()
             if stop():
-                return ran
-            set_up = seam.resolve()
-            misses = _cache_misses(set_up)
-            set_up()
-            ran += misses is None or _cache_misses(set_up) != misses
+                return
+            set_up = seam.resolve()  # a module seam: the import itself
+            if callable(set_up):
+                set_up()
         except Exception:  # noqa: BLE001 - the first compile sets it up itself
             log.debug("setting up %s early failed", seam.path, exc_info=True)
-    try:
-        if torch.distributed.is_available() and not stop():
-            LOCAL_MAP_MODULE.resolve()  # the import itself
-    except Exception:  # noqa: BLE001 - as above
-        log.debug("importing %s early failed", LOCAL_MAP_MODULE.path, exc_info=True)
-    return ran
 
 
 # Never set: the passes' thread waits on it for good where the fake CUDA guard is its own.
