@@ -17,7 +17,6 @@ import re
 import sys
 from collections.abc import Callable
 from datetime import timedelta
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -151,10 +150,11 @@ class _Duration(click.ParamType):
 
 
 def _version() -> str:
-    try:
-        return metadata.version("autotune")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "0.0.0+unknown"
+    # The one place the version is written (pyproject.toml reads it too); no metadata lookup,
+    # which a source tree or a renamed distribution would miss.
+    from autotune import __version__
+
+    return __version__
 
 
 class _Console(Console):

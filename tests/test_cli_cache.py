@@ -324,7 +324,7 @@ def test_a_postgresql_url_without_psycopg_names_the_extra(tmp_path: Path) -> Non
                           env=env_without("psycopg", tmp_path), timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'autotune[postgres]'" in lines[0], proc.stderr
+    assert len(lines) == 1 and "pip install 'inductor-autotune[postgres]'" in lines[0], proc.stderr
 
 
 def test_a_usage_error_is_one_line_naming_the_help(sqlite_url: str) -> None:

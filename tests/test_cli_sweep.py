@@ -172,7 +172,7 @@ def test_without_ray_a_sweep_says_to_install_the_sweep_extra(tmp_path: Path, sql
                           capture_output=True, text=True, env=env_without("ray", tmp_path), timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'autotune[sweep]'" in lines[0], proc.stderr
+    assert len(lines) == 1 and "pip install 'inductor-autotune[sweep]'" in lines[0], proc.stderr
 
 
 def test_on_miss_error_stops_the_job_with_one_line_naming_the_request(sqlite_url: str, tmp_path: Path) -> None:

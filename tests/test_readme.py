@@ -72,7 +72,7 @@ def included_extras(optional: dict[str, list[str]], name: str) -> set[str]:
     """The extra ``name`` and every extra it pulls in through ``autotune[...]``."""
     found = {name}
     for requirement in optional.get(name, []):
-        match = re.fullmatch(r"autotune\[([\w,]+)\]", requirement.replace(" ", ""))
+        match = re.fullmatch(r"(?:inductor-)?autotune\[([\w,]+)\]", requirement.replace(" ", ""))
         for other in match[1].split(",") if match else ():
             found |= included_extras(optional, other)
     return found

@@ -97,7 +97,7 @@ def require_ray() -> None:
     try:
         import ray  # noqa: F401
     except ImportError as exc:
-        raise WorkerError("Ray is not installed, and a sweep tunes on Ray: pip install 'autotune[sweep]' "
+        raise WorkerError("Ray is not installed, and a sweep tunes on Ray: pip install 'inductor-autotune[sweep]' "
                           "(--dry-run plans without it)") from exc
 
 

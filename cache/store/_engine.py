@@ -45,7 +45,7 @@ def parse_url(url: str) -> URL:
     except (exc.NoSuchModuleError, ImportError) as error:
         if backend == "postgresql" and parsed.get_driver_name() == "psycopg":
             raise CacheUnavailable(
-                f"psycopg is not installed, and {masked} needs it: pip install 'autotune[postgres]'"
+                f"psycopg is not installed, and {masked} needs it: pip install 'inductor-autotune[postgres]'"
             ) from None
         raise CacheUnavailable(
             f"no database driver for {masked} ({one_line(error)}); "
