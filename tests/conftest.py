@@ -26,6 +26,9 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/factories.py
 
+from private_postgres import PrivatePostgres  # noqa: E402
+from private_postgres import unavailable as private_postgres_unavailable  # noqa: E402
+
 from autotune.cache import Store  # noqa: E402
 
 # Inductor checks each vector ISA by loading a probe library in a fresh Python under a time limit.
@@ -118,6 +121,20 @@ def readonly_postgres_url(postgres_url: str, _pg_database: sa.URL) -> Iterator[t
             conn.exec_driver_sql(f'DROP OWNED BY "{role}"')  # its grants and default privileges
             conn.exec_driver_sql(f'DROP ROLE "{role}"')
         engine.dispose()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL cluster of this test's own (tests/private_postgres.py), started: a test that
+    stops or restarts a server stops this one, never the shared one. Skipped, with the reason
+    printed, where no cluster can start here (no server binaries, or root without a postgres user)."""
+    why = private_postgres_unavailable()
+    if why is not None:
+        print(f"\nskipping: no private PostgreSQL cluster: {why}", file=sys.stderr)
+        pytest.skip(f"no private PostgreSQL cluster: {why}")
+    with PrivatePostgres() as cluster:
+        cluster.start()
+        yield cluster
 
 
 @pytest.fixture

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from factories import make_env, make_result
+from private_postgres import PrivatePostgres
 
 from autotune.cache import CacheUnavailable, CacheWriteRefused, Store
 
 REPO = Path(__file__).resolve().parents[1]
-PG_RESTART = ["pg_ctlcluster", "--skip-systemctl-redirect"]
 
 
 @dataclass
@@ -162,23 +162,16 @@ def _sweep_writer(url: str, count: int, pause: float, report: str) -> None:
     store.close()
 
 
-def _pg_ctl(action: str, check: bool = True) -> None:
-    cluster = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run([*PG_RESTART, cluster, "main", action], check=check, capture_output=True, timeout=120)
-
-
-def ensure_postgres_running() -> None:
-    _pg_ctl("start", check=False)
-
-
 # The longest the server stays down waiting for the job's first lookup: the writer
 # retries a write for 30 s (cache.store._connection.WRITE_RETRY_S).
 MAX_DOWN_S = 20.0
 
 
-def postgres_restart_mid_sweep(url: str, count: int, workdir: Path) -> Outcome:
+def postgres_restart_mid_sweep(server: PrivatePostgres, count: int, workdir: Path) -> Outcome:
     """Stop PostgreSQL while a sweep writes and a training job compiles; start it again
-    once the job's first lookup has failed (so the job read while it was down)."""
+    once the job's first lookup has failed (so the job read while it was down). The server is
+    the test's own cluster (tests/private_postgres.py), never the shared one."""
+    url = server.url
     out = Outcome("PostgreSQL restarted mid-sweep, a job compiling meanwhile",
                   "the writer retries with backoff, exits 0 and every result is stored; the job, "
                   "whose lookups meet the stopped server, warns once, compiles (exit 0, right output); "
@@ -201,12 +194,13 @@ def postgres_restart_mid_sweep(url: str, count: int, workdir: Path) -> Outcome:
         time.sleep(0.1)  # restart mid-sweep: once the writer is well under way
     began = time.perf_counter()
     try:
-        _pg_ctl("stop")
+        server.stop()
         job.go.write_text("go")  # its compile starts now: every lookup meets the stopped server
         job.warned.wait(MAX_DOWN_S)
         read_errors = _read_errors(reader)
     finally:
-        ensure_postgres_running()
+        if not server.running():
+            server.start()
     down = time.perf_counter() - began
     read_errors += _read_until_up(reader, began)
     recovered_after = time.perf_counter() - began

@@ -18,6 +18,7 @@ from pathlib import Path
 import fault_scenarios as faults
 import pytest
 from click.testing import CliRunner
+from private_postgres import PrivatePostgres
 
 from autotune.cache import Store
 from autotune.cli import main
@@ -55,13 +56,11 @@ def test_concurrent_imports_into_a_fresh_database(postgres_url: str, tmp_path: P
     _passed(faults.concurrent_imports(postgres_url, 6, tmp_path))
 
 
-# It stops the one PostgreSQL server every other test uses: the README's test command runs
-# it alone, after the parallel run (-m exclusive).
-@pytest.mark.exclusive
-def test_postgres_restart_mid_sweep(postgres_url: str, tmp_path: Path) -> None:
-    """The one test that stops the server: a writer and a real job (a CPU Inductor
-    compile through warm_start) whose lookups meet the stopped server."""
-    outcome = faults.postgres_restart_mid_sweep(postgres_url, size(60, 150), tmp_path)  # type: ignore[arg-type]
+def test_postgres_restart_mid_sweep(private_postgres: PrivatePostgres, tmp_path: Path) -> None:
+    """A writer and a real job (a CPU Inductor compile through warm_start) whose lookups meet
+    the stopped server: a cluster of the test's own (initdb in a temporary folder, a free port),
+    so the shared server and the tests beside this one are never touched."""
+    outcome = faults.postgres_restart_mid_sweep(private_postgres, size(60, 150), tmp_path)  # type: ignore[arg-type]
     _passed(outcome)
     assert outcome.figures["write_retries"] >= 1  # it did meet the restart
     assert outcome.figures["job_warnings"] == 1 and outcome.figures["job_cache_errors"] >= 1
