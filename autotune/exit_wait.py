@@ -17,16 +17,28 @@ functions, ahead of ``concurrent.futures``' (they run in reverse order of regist
 that module is imported before ours registers), so a thread still fetching through the store's
 executor is not refused. A thread that outlasts the wait is left as before: a stuck database
 never holds up the exit for long.
+
+The hook's store calls run on ``DaemonWorker`` threads, not ``concurrent.futures``' own: that
+module joins its workers at exit without a bound, and a job whose database stalled after
+connecting (a table lock, a server that stops answering) waited minutes at exit for a lookup it
+had given up on long before (issue 78). A worker's calls still queued or running at exit get
+the worker's ``stall_s`` (the lookup timeout plus ``EXIT_GRACE_S``) to finish, counted again
+from each call that finishes, so a queue of writes to a database that answers drains and one
+that does not costs ``stall_s``; the rest are given up with one warning. A write given up never
+commits: its transaction dies with the process, and the server rolls it back.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 - its exit function is registered before ours (see above)
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +46,17 @@ log = logging.getLogger(__name__)
 # hung database) stays a daemon, as every one did before.
 EXIT_WAIT_S = 10.0
 
+# How long past the lookup timeout the exit waits for a store call in flight: a write's commit,
+# on a database that answers, takes far less.
+EXIT_GRACE_S = 3.0
+# The most the exit waits for store workers that keep finishing calls (a long queue of writes).
+DRAIN_CAP_S = 30.0
+
+T = TypeVar("T")
+
 _lock = threading.Lock()
 _waiting: list[tuple[threading.Thread, Callable[[], None] | None, bool]] = []  # thread, stop, joined
+_workers: list[DaemonWorker] = []  # started store workers, drained at exit
 _registered = False
 _exiting = threading.Event()
 
@@ -55,12 +76,17 @@ def stop_at_exit(thread: threading.Thread, stop: Callable[[], None]) -> None:
     _register(thread, stop, joined=False)
 
 
-def _register(thread: threading.Thread, stop: Callable[[], None] | None, joined: bool) -> None:
+def _register(thread: threading.Thread | None, stop: Callable[[], None] | None, joined: bool,
+              worker: DaemonWorker | None = None) -> None:
     global _registered
     with _lock:
         # Ended threads are dropped, so a long process (a sweep makes many policies) keeps none.
         _waiting[:] = [entry for entry in _waiting if entry[0].ident is None or entry[0].is_alive()]
-        _waiting.append((thread, stop, joined))
+        _workers[:] = [held for held in _workers if held.alive()]
+        if thread is not None:
+            _waiting.append((thread, stop, joined))
+        if worker is not None:
+            _workers.append(worker)
         if _registered:
             return
         _registered = True
@@ -72,7 +98,14 @@ def _register(thread: threading.Thread, stop: Callable[[], None] | None, joined:
 
 def _finish() -> None:
     _exiting.set()
-    deadline = time.monotonic() + EXIT_WAIT_S
+    began = time.monotonic()
+    _join_threads(began + EXIT_WAIT_S)
+    with _lock:
+        workers, _workers[:] = list(_workers), []
+    _drain(workers, began)
+
+
+def _join_threads(deadline: float) -> None:
     while True:
         with _lock:
             if not _waiting:
@@ -93,3 +126,90 @@ def _quietly(stop: Callable[[], None]) -> None:
         stop()
     except Exception:  # noqa: BLE001 - the exit goes on
         log.debug("autotune: a thread's stop failed at exit", exc_info=True)
+
+
+def _drain(workers: list[DaemonWorker], began: float) -> None:
+    """Wait for the workers' calls while they finish (each call gets its worker's ``stall_s``, from
+    the exit's start or the last call that finished; all of them ``DRAIN_CAP_S``); give up the rest
+    with one warning."""
+    cap = began + DRAIN_CAP_S
+    done = sum(worker.completed for worker in workers)
+    progress = began
+    while True:
+        pending = [worker for worker in workers if worker.pending]
+        now = time.monotonic()
+        if not pending or now >= cap or all(now >= progress + worker.stall_s for worker in pending):
+            break
+        time.sleep(0.02)
+        finished = sum(worker.completed for worker in workers)
+        if finished != done:
+            done, progress = finished, time.monotonic()
+    left = sum(worker.pending for worker in workers)
+    if left:
+        log.warning("autotune: the exit gave up on %d cache call(s) the database had not answered after %.1f s "
+                    "(a write among them was not stored)", left, time.monotonic() - began)
+
+
+class DaemonWorker:
+    """Runs the calls given to ``submit`` one at a time, in order, on one daemon thread (started on
+    the first call): ``ThreadPoolExecutor(max_workers=1)``'s part for the hook's store calls, except
+    that the interpreter's exit waits for its calls at most ``stall_s`` (the module's docstring)."""
+
+    def __init__(self, name: str, stall_s: float) -> None:
+        self.name = name
+        self.stall_s = stall_s
+        self.completed = 0  # calls finished (the exit's wait counts progress by it)
+        self._calls: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = \
+            queue.SimpleQueue()
+        self._submitted = 0
+        self._lock = threading.Lock()
+        self._shut = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:
+        """Calls submitted and not finished (queued, or running now)."""
+        return self._submitted - self.completed
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Queue ``fn()``; its future holds what it returns or raises. Refused once shut down."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._shut:
+                raise RuntimeError(f"cannot schedule new calls on {self.name}: it was shut down")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+                _register(None, None, joined=False, worker=self)
+            self._submitted += 1
+            self._calls.put((future, fn))
+        return future
+
+    def shutdown(self, wait: bool = False) -> None:
+        """Refuse new calls; those queued still run (``wait`` is accepted for the executor's
+        signature and ignored: nothing waits for a hung database here)."""
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
+            if self._thread is not None:
+                self._calls.put(None)  # after the queued calls: the thread ends once they ran
+
+    def _run(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            future, fn = item
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as exc:  # noqa: BLE001 - handed to the caller, as an executor does
+                        future.set_exception(exc)
+            finally:
+                with self._lock:
+                    self.completed += 1

@@ -92,3 +92,49 @@ def test_a_store_call_after_uninstall_is_dropped_without_disabling_or_warning(
         assert policy._call(lambda store: "answered") is None  # the executor is shut
     assert policy.stats.errors == 0
     assert not caplog.records
+
+
+def test_a_store_worker_drains_at_exit_and_gives_up_a_stuck_call_with_one_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The hook's store calls run on daemon workers: at exit, queued writes to a database that
+    answers all finish; a call the database never answers costs the worker's stall_s (the lookup
+    timeout plus a grace), then it is given up with one warning, however long it would hang."""
+    monkeypatch.setattr(exit_wait, "_waiting", [])
+    monkeypatch.setattr(exit_wait, "_workers", [])
+    monkeypatch.setattr(exit_wait, "_registered", True)
+    monkeypatch.setattr(exit_wait, "_exiting", threading.Event())
+    writes: list[int] = []
+    answering = exit_wait.DaemonWorker("autotune-test-save", stall_s=0.5)
+    for index in range(20):  # 20 x 0.05 s: twice the stall bound in all, but each call finishes within it
+        answering.submit(lambda index=index: (time.sleep(0.05), writes.append(index)))
+    never = threading.Event()
+    stuck = exit_wait.DaemonWorker("autotune-test-cache", stall_s=0.5)
+    stuck.submit(never.wait)
+    queued_behind = stuck.submit(lambda: "never runs")
+    assert answering._thread is not None and answering._thread.daemon  # concurrent.futures' exit never joins it
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="autotune.exit_wait"):
+        exit_wait._finish()
+    waited = time.monotonic() - began
+    assert writes == list(range(20))  # every queued write was stored
+    assert 0.9 <= waited < 3.0, waited  # the answering queue's ~1 s, then the stuck call's 0.5 s bound at most
+    assert not queued_behind.done() and stuck.pending == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "gave up on 2 cache call(s)" in warnings[0], warnings
+    never.set()
+    assert queued_behind.result(timeout=5) == "never runs"
+
+
+def test_a_shut_worker_runs_what_was_queued_and_refuses_new_calls() -> None:
+    worker = exit_wait.DaemonWorker("autotune-test", stall_s=1.0)
+    gate = threading.Event()
+    first = worker.submit(gate.wait)
+    second = worker.submit(lambda: "ran")
+    worker.shutdown(wait=False)
+    with pytest.raises(RuntimeError):
+        worker.submit(lambda: None)
+    gate.set()
+    assert first.result(timeout=5) is True and second.result(timeout=5) == "ran"
+    assert worker._thread is not None
+    worker._thread.join(5)
+    assert not worker.alive() and worker.pending == 0
