@@ -99,7 +99,9 @@ class ServePolicy:
         self._database_lock = threading.Lock()
         self._node = _NodeShare(self) if settings.node_share else None
         self._wait_lock = threading.Lock()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-cache")
+        # Daemon workers: the exit waits for a call in flight at most a few seconds past the lookup
+        # timeout, whatever the database does (autotune/exit_wait.py); concurrent.futures' would wait for it.
+        self._pool = exit_wait.DaemonWorker("autotune-cache", settings.lookup_timeout + exit_wait.EXIT_GRACE_S)
         self._logged_misses: set[str] = set()  # request keys
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
         self._warned_rows: set[tuple[str, object]] = set()  # (table, id) of malformed rows
@@ -113,7 +115,7 @@ class ServePolicy:
         self.fusion_device: str | None = None  # the GPU whose fusion verdicts are served (WarmStart)
         self.prefetch: Prefetch | None = None  # what the store holds for this process, read ahead (WarmStart)
         # Kernel config copies go through their own thread so lookups never queue behind them.
-        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="autotune-save")
+        self._writer = exit_wait.DaemonWorker("autotune-save", settings.lookup_timeout + exit_wait.EXIT_GRACE_S)
 
     # --- store access, bounded and never raising ---------------------------------
     def _call(self, fn: Callable[[protocols.Store], Any], timeout: float | None = None) -> Any:
