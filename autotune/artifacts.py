@@ -104,8 +104,8 @@ class ArtifactTier:
         if not wait and self._prefetched is not None and not self._prefetched.settled(kind, key):
             return None
         held = self._prefetched.artifact(kind, key) if self._prefetched is not None else None
-        if held is not None:
-            return self._judged(kind, held.payload, held.verdict, held.signer)
+        if held is not None:  # the prefetch warned of a payload it dropped: counted here, not warned again
+            return self._judged(kind, held.payload, held.verdict, held.signer, warn=False)
         stored = self._call(lambda store: or_malformed(lambda: store.get_artifact(kind, key, self._max_bytes)),
                             self._timeout)
         if isinstance(stored, MalformedRow):
@@ -118,14 +118,15 @@ class ArtifactTier:
         verdict = self.trusted.verify(kind, key, stored.payload, stored.signature, stored.public_key)
         return self._judged(kind, stored.payload, verdict, stored.signer)
 
-    def _judged(self, kind: str, payload: bytes, verdict: str, signer: str | None) -> bytes | None:
-        """The payload if its verdict is OK, else None; counted, and the first rejection warned."""
+    def _judged(self, kind: str, payload: bytes, verdict: str, signer: str | None, *, warn: bool = True) -> bytes | None:
+        """The payload if its verdict is OK, else None; counted, and the first rejection warned
+        (unless ``warn`` is false: the prefetch warned of it)."""
         with self._lock:
             if verdict == OK:
                 self.stats.artifacts_loaded += 1
                 return payload
             self.stats.artifacts_rejected += 1
-            warn, self._warned = not self._warned, True
+            warn, self._warned = warn and not self._warned, self._warned or warn
         if warn:  # one warning per process; later rejections are counted only
             log.warning("autotune: rejected a %s artifact (%s, signer %s); compiling it instead. "
                         "Trust its signer with AUTOTUNE_TRUSTED_KEYS if you mean to", kind,

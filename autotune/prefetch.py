@@ -10,12 +10,21 @@ lookup then asks the prefetch first:
   one (artifacts are fetched one by one, each announced as it is ready);
 - one it does not hold falls through to the database, as without a prefetch.
 
+What it holds is bounded by what it reads, never by what a row says of itself: a row's
+``size`` and ``signer`` columns are plain data anyone with write access sets. Rows are chosen by
+the environment (device, torch version, kinds a compile asks for) and by the keys this job
+trusts; each payload's length is read by the database before the payload is
+(``octet_length``/``length``), and one longer than what is left of ``MAX_PREFETCH_BYTES`` (or
+than AUTOTUNE_MAX_ARTIFACT_BYTES) is left to the database. The budget counts the bytes actually
+read, the dropped ones included, so junk rows cost at most that much I/O. Each payload's
+signature is checked on this thread before it is kept: one that fails is dropped at once (only
+its verdict is kept, for the artifact tier to count when torch asks for it), and the drops cost
+one warning with their count.
+
 The thread never raises into the job and never holds up exit (a daemon, asked at exit to end
 at its next step and never joined: autotune/exit_wait.py): a store error disables
 the cache with the hook's one warning, any other failure costs one warning and leaves every
-lookup to the database. It only reads, and never verifies for the job: an artifact's verdict
-is handed to the artifact tier, which counts and warns at the moment torch asks for it, as it
-does without a prefetch.
+lookup to the database. It only reads.
 """
 
 from __future__ import annotations
@@ -67,7 +76,8 @@ FAULT_HANG = "prefetch:hang"
 
 @dataclass(frozen=True)
 class HeldArtifact:
-    """An artifact the prefetch fetched and checked: its payload, and the signature's verdict."""
+    """An artifact the prefetch fetched and checked: the signature's verdict, and the payload
+    only when that verdict is OK (a payload that fails is never held)."""
 
     payload: bytes
     verdict: str
@@ -103,6 +113,9 @@ class Prefetch:
         self._done = threading.Event()
         self._closed = False
         self._abandoned = False  # a wait timed out: later lookups no longer wait for the prefetch
+        self.bytes_read = 0  # payload bytes read from the store, kept or not (MAX_PREFETCH_BYTES)
+        self.bytes_held = 0  # payload bytes kept: verified ones only
+        self.dropped: dict[str, int] = {}  # verdict -> artifacts read whose signature failed
         self._wait_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="autotune-prefetch", daemon=True)
 
@@ -242,39 +255,60 @@ class Prefetch:
         wanted = self._artifacts_to_fetch(store) if self._trusted else []
         self._listed = {(info.kind, info.key) for info in wanted}
         self._artifacts_listed.set()
-        for info in wanted:
-            if self._closed:
-                return
-            held = self._fetch_one(store, info)
-            with self._artifact_ready:
-                self._artifacts[info.kind, info.key] = held
-                self._artifact_ready.notify_all()
-            if held is not None and held.trusted:
-                self.stats.prefetched_artifacts += 1
+        try:
+            for info in wanted:
+                if self._closed:
+                    return
+                held = self._fetch_one(store, info)
+                with self._artifact_ready:
+                    self._artifacts[info.kind, info.key] = held
+                    self._artifact_ready.notify_all()
+                if held is not None and held.trusted:
+                    self.stats.prefetched_artifacts += 1
+        finally:
+            self._warn_dropped()
 
     def _artifacts_to_fetch(self, store: protocols.Store) -> list[ArtifactInfo]:
-        """Artifacts of this device and torch version signed by a trusted key, within the budget."""
+        """Artifacts of this device and torch version whose row names a trusted key, in the order
+        compiles ask for them. The row's signer only narrows the listing (the signature is checked
+        on the payload), and its size only skips a row that says it is too large: the budget is
+        kept on the bytes read (``_fetch_one``)."""
         infos: list[ArtifactInfo] = []
         for signer in self._trusted.fingerprints:
             listing = store.artifacts(device=self._artifact_device, signer=signer, limit=None)
-            infos += [i for i in listing if i.torch_version == self._torch_version and i.kind in KIND_ORDER]
+            infos += [i for i in listing
+                      if i.torch_version == self._torch_version and i.kind in KIND_ORDER and i.size <= self._max_bytes]
         infos.sort(key=lambda i: (KIND_ORDER.index(i.kind), i.id))
-        chosen, total = [], 0
-        for info in infos:
-            if info.size <= self._max_bytes and total + info.size <= MAX_PREFETCH_BYTES:
-                chosen.append(info)
-                total += info.size
-        return chosen
+        return infos
 
     def _fetch_one(self, store: protocols.Store, info: ArtifactInfo) -> HeldArtifact | None:
-        """The artifact, checked; None for one that is gone or malformed (its lookup says why)."""
+        """The artifact, checked; None for one that is gone, malformed or longer than what is
+        left of the budget (the database reads its length first and leaves such a payload
+        unread); a lookup of it goes to the database, which says why."""
         from autotune.cache.errors import MalformedRow
 
+        left = MAX_PREFETCH_BYTES - self.bytes_read
+        if left <= 0:
+            return None
         try:
-            stored = store.get_artifact(info.kind, info.key, self._max_bytes)
+            stored = store.get_artifact(info.kind, info.key, min(self._max_bytes, left))
         except MalformedRow:
             return None
         if stored is None:
             return None
+        self.bytes_read += len(stored.payload)
         verdict = self._trusted.verify(info.kind, info.key, stored.payload, stored.signature, stored.public_key)
+        if verdict != OK:  # dropped here: only the verdict is kept, for the tier to count
+            self.dropped[verdict] = self.dropped.get(verdict, 0) + 1
+            return HeldArtifact(b"", verdict, stored.signer)
+        self.bytes_held += len(stored.payload)
         return HeldArtifact(stored.payload, verdict, stored.signer)
+
+    def _warn_dropped(self) -> None:
+        """One warning for every artifact whose signature failed, with their count."""
+        if not self.dropped or self._closed:
+            return
+        verdicts = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(self.dropped.items()))
+        log.warning("autotune: rejected %d stored artifacts whose signature did not verify (%s); they are "
+                    "compiled instead. Delete them (autotune cache prune), or trust their signer with "
+                    "AUTOTUNE_TRUSTED_KEYS if you mean to", sum(self.dropped.values()), verdicts)

@@ -93,7 +93,7 @@ def test_a_bad_signature_costs_one_warning_and_nothing_else(signed_tiny_sweep: s
     report = job(tmp_path, "--cache", tampered, name="tampered", env=env)
     stats = report["stats"]
     warnings = _warnings(report)
-    assert len(warnings) == 1 and "rejected a" in warnings[0], warnings
+    assert len(warnings) == 1 and "rejected" in warnings[0] and "did not verify" in warnings[0], warnings
     assert stats["artifacts_loaded"] == 0 and stats["artifacts_rejected"] >= 1
     assert stats["prefetched_artifacts"] == 0  # verified in the background, and refused
     assert report["benchmarks"] == 0 and stats["hits"] == 2 and stats["errors"] == 0  # the winners still serve
@@ -205,3 +205,108 @@ def test_a_fetch_that_must_not_wait_is_a_miss_while_the_prefetch_has_not_reached
     assert (stats.prefetch_waits, asked) == (0, [])
     prefetch.close()  # a closed prefetch has settled: the fetch goes on to the database
     assert tier.fetch(ARTIFACT_TRITON_MODULE, "a module", wait=False) is None and len(asked) == 1
+
+
+# ------------------------------------------------------------ junk artifact rows
+
+_JUNK_JOB = """
+import gc, json, logging, os, sys, threading
+import torch
+from autotune.cache import Store, signing
+from autotune.hook_stats import HookStats
+from autotune.prefetch import Prefetch
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+url, key_file = sys.argv[1], sys.argv[2]
+store = Store(url)
+store.artifacts(limit=1)  # SQLAlchemy's and the driver's memory belongs to the baseline
+
+
+def rss() -> int:
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+before = rss()
+prefetch = Prefetch(open_store=lambda: store, disable=lambda exc: None, stats=HookStats(), device_kind="cpu",
+                    device_name=lambda: "cpu", trusted=signing.load_trusted([key_file]), max_bytes=256 << 20,
+                    timeout=60.0)
+prefetch.start()
+assert prefetch.wait_done(120)
+after = rss()
+held = {f"{k}:{key}": len(a.payload) for (k, key), a in prefetch._artifacts.items() if a is not None and a.payload}
+print(json.dumps({"grew": after - before, "read": prefetch.bytes_read, "kept": prefetch.bytes_held,
+                  "dropped": prefetch.dropped, "held": held, "loaded": prefetch.stats.prefetched_artifacts}))
+"""
+JUNK_MIB = 40
+
+
+def _plant_junk(url: str, public_key: bytes | None, rows: int, *, first: int = 0) -> None:
+    """Rows that claim a trusted signer and a size of 1 byte over a large payload whose signature
+    is random (or absent): as anyone with write access to the table can plant them."""
+    from autotune.cache import signing
+    from autotune.cache.artifacts_store import key_hash
+    from autotune.cache.records import ARTIFACT_FX_GRAPH
+
+    signer = signing.fingerprint(public_key) if public_key else signing.fingerprint(os.urandom(32))
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        for i in range(first, first + rows):
+            key = f"junk-{i}"
+            conn.execute(
+                "INSERT INTO artifacts (kind, key_hash, key, digest, size, payload, signature, public_key, signer,"
+                " torch_version, device, host, created_at) VALUES (?, ?, ?, 'x', 1, randomblob(?), ?, ?, ?, ?,"
+                " 'cpu', 'planted', '2026-01-01 00:00:00.000000')",
+                (ARTIFACT_FX_GRAPH, key_hash(key), key, JUNK_MIB << 20, os.urandom(64) if i % 2 else None,
+                 public_key if i % 2 else None, signer, torch.__version__))
+
+
+def test_junk_artifact_rows_never_raise_a_jobs_memory(signing_keys: dict[str, Path], tmp_path: Path) -> None:
+    """Rows naming a trusted signer, each saying it holds 1 byte over 40 MiB that do not verify:
+    the prefetch reads them (within its budget), keeps none, and says so once. The job's
+    resident memory after the prefetch is measured in a process of its own."""
+    from autotune.cache import signing
+    from autotune.cache.records import Artifact
+
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    public_key = signing.load_public_key(signing_keys["writer.pub"])
+    writer = signing.load_signer(signing_keys["writer"])
+    with Store(url) as store:  # one artifact the job would serve: it is kept
+        payload = b"a compiled graph" * 64
+        store.put_artifact(Artifact("fx_graph", "served", payload, writer.sign("fx_graph", "served", payload),
+                                    writer.public_key, torch.__version__, "cpu", "here"))
+    _plant_junk(url, public_key, 10)
+    proc = subprocess.run([sys.executable, "-c", _JUNK_JOB, url, str(signing_keys["writer.pub"])],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout)
+    assert found["held"] == {"fx_graph:served": len(payload)} and found["loaded"] == 1
+    assert found["kept"] == len(payload) and found["read"] == len(payload) + 10 * (JUNK_MIB << 20)
+    assert found["dropped"] == {"bad_signature": 5, "unsigned": 5}
+    assert found["grew"] < (JUNK_MIB << 20) // 2, found  # not one junk payload's worth (400 MiB were read)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("autotune: ")]
+    assert len(warnings) == 1 and "rejected 10 stored artifacts" in warnings[0], proc.stderr[-2000:]
+
+
+def test_the_prefetch_reads_no_payload_past_its_budget(signing_keys: dict[str, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget counts the bytes read, not the rows' size column: past it the database is asked
+    for each payload's length and the payload is left unread."""
+    from autotune import prefetch as module
+    from autotune.cache import signing
+    from autotune.hook_stats import HookStats
+
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    with Store(url) as store:
+        store.connect()  # the schema
+    _plant_junk(url, signing.load_public_key(signing_keys["writer.pub"]), 5)
+    monkeypatch.setattr(module, "MAX_PREFETCH_BYTES", (2 * JUNK_MIB + 1) << 20)
+    with Store(url) as store:
+        prefetch = module.Prefetch(open_store=lambda: store, disable=lambda exc: None, stats=HookStats(),
+                                   device_kind="cpu", device_name=lambda: "cpu",
+                                   trusted=signing.load_trusted([signing_keys["writer.pub"]]),
+                                   max_bytes=256 << 20, timeout=60.0)
+        prefetch.start()
+        assert prefetch.wait_done(120)
+    assert prefetch.bytes_read == 2 * (JUNK_MIB << 20) and prefetch.bytes_held == 0
+    assert all(held is None or not held.payload for held in prefetch._artifacts.values())
