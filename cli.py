@@ -5,7 +5,11 @@ and prints the outcome with rich. Options that several commands take are
 declared once and shared as decorators (``_cache_option``, ``_json_option``,
 ``_signing_key_option``), as sqlite-utils shares its own. Every error leaves
 through one path, ``Failure``: one line on stderr (`Error: ...`), never a
-traceback; exit status 2 for bad input (every command), 1 for work that failed.
+traceback. The exit status of every command follows one table, ``EXIT_STATUSES``
+(docs/cli.md is generated from it): one code per cause, whichever command meets it.
+
+Module-level imports stay light (no SQLAlchemy, torch or Ray): `autotune --help` and a
+sweep's bad input answer before any of them would have loaded.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -29,10 +34,10 @@ from autotune.cache import (
     ArtifactInfo,
     CacheError,
     CacheUnavailable,
+    CacheWriteRefused,
     ImportValidationError,
     ReadOnlyError,
     SchemaOutdated,
-    Store,
     TuningResult,
 )
 from autotune.cache.errors import MalformedRow
@@ -59,20 +64,67 @@ from autotune.sweep_log import LogUnavailable
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
+    from autotune.cache import Store  # SQLAlchemy's import: only where a command opens the cache
     from autotune.sweep_report import SweepReport
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-# Exit status of every command: 0 done, 1 failed (some work was lost or refused:
-# a sweep's failed requests, a cache that refuses writes), 2 bad input (a wrong
-# flag, file, URL, database or schema: the message names the fix).
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_CLOSED_PIPE = 141  # as a shell reports a command killed by SIGPIPE: `... | head` read enough
+@dataclass(frozen=True)
+class ExitStatus:
+    """A row of the exit-status contract: every command that meets ``cause`` exits ``code``."""
+
+    code: int
+    cause: str
+    meaning: str
+
+
+DONE = ExitStatus(0, "done", "The command did what it was asked.")
+CLOSED_PIPE = ExitStatus(
+    0, "closed pipe", "The reader of its output left early (`autotune cache ls | head -1`): the rest of the "
+    "output is dropped, nothing is printed on stderr, and the command ends with the code it would have had "
+    "had its output been read whole. Not a shell's 141: whether the output fitted in the pipe before the "
+    "reader left is a race, and the code must not depend on it.")
+WORK_FAILED = ExitStatus(
+    1, "work failed", "Work was tried and some of it failed; what succeeded is kept: a sweep's requests that "
+    "did not tune (the others are stored), a cache error in the middle of the work, `doctor` finding a "
+    "feature this machine uses off.")
+BAD_INPUT = ExitStatus(
+    2, "bad input", "One line names the problem and the fix; nothing was started and nothing is left behind "
+    "(a sweep's mistakes are answered before Ray, torch or the database start: no cache file, no log): a "
+    "wrong option, model file, --mode or --device, a cache URL or database that cannot be used (down, an "
+    "old schema), a key file, an import file, a hostile stored row.")
+REFUSED_WRITE = ExitStatus(
+    3, "refused write", "The cache refused a write: a read-only role, file or server, a store opened "
+    "read-only, a full disk. A sweep tries a write before any work, so it says so first; what was written "
+    "before stays. Use a role or file that may write, or free space, and run the same command again.")
+EXIT_STATUSES = (DONE, CLOSED_PIPE, WORK_FAILED, BAD_INPUT, REFUSED_WRITE)
+
+# The causes each command can meet, by its path under `autotune`; every pair is tested
+# (tests/test_exit_codes.py) and listed in docs/cli.md. `run` exits with its script's status.
+COMMAND_EXITS: dict[str, tuple[ExitStatus, ...]] = {
+    "": (DONE, BAD_INPUT),
+    "cache stats": (DONE, BAD_INPUT),
+    "cache ls": (DONE, CLOSED_PIPE, BAD_INPUT),
+    "cache show": (DONE, BAD_INPUT),
+    "cache export": (DONE, CLOSED_PIPE, BAD_INPUT),
+    "cache import": (DONE, BAD_INPUT, REFUSED_WRITE),
+    "cache prune": (DONE, BAD_INPUT, REFUSED_WRITE),
+    "cache upgrade": (DONE, BAD_INPUT),
+    "sweep": (DONE, WORK_FAILED, BAD_INPUT, REFUSED_WRITE),
+    "run": (BAD_INPUT,),
+    "keys new": (DONE, BAD_INPUT),
+    "keys show": (DONE, BAD_INPUT),
+    "doctor": (DONE, WORK_FAILED, BAD_INPUT),
+}
+COMMAND_EXIT_NOTES = {"run": "else its script's own exit status"}
+EXIT_FAILED = WORK_FAILED.code
+EXIT_BAD_INPUT = BAD_INPUT.code
+EXIT_REFUSED_WRITE = REFUSED_WRITE.code
 # Errors that mean "what you pointed me at is not usable as given": their message names it and the fix.
-_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, ReadOnlyError, KeyFileError,
+_BAD_INPUT_ERRORS = (CacheUnavailable, SchemaOutdated, ImportValidationError, KeyFileError,
                      ModelFileError, WorkerError, SettingsError, LogUnavailable, MalformedRow)
+_REFUSED_WRITE_ERRORS = (CacheWriteRefused, ReadOnlyError)
 
 
 class Failure(click.ClickException):
@@ -80,7 +132,9 @@ class Failure(click.ClickException):
     bad input (the message names the problem and the fix) or 1 for work that failed."""
 
     def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
-        super().__init__(" ".join(line.strip() for line in message.strip().splitlines() if line.strip()))
+        # The message may quote stored text (a row, a host name): escaped as every printed value is.
+        super().__init__(escape_control(" ".join(line.strip() for line in message.strip().splitlines()
+                                                 if line.strip())))
         self.exit_code = exit_code
 
 
@@ -95,24 +149,53 @@ def _as_failure(error: Exception) -> Failure | None:
         return Failure(f"{error.format_message().rstrip('.')} (see `{where} --help`)")
     if isinstance(error, _BAD_INPUT_ERRORS):
         return Failure(str(error))
-    if isinstance(error, CacheError):  # the cache refused work (a write), or failed doing it
+    if isinstance(error, _REFUSED_WRITE_ERRORS):
+        return Failure(str(error), EXIT_REFUSED_WRITE)
+    if isinstance(error, CacheError):  # the cache failed in the middle of the work
         return Failure(str(error), EXIT_FAILED)
     return None
 
 
-def _closed_pipe() -> NoReturn:
-    """The reader of stdout went away (`... | head`): stop quietly, and keep Python's own
-    flush at exit from failing on the closed pipe again."""
+def _drop_stdout() -> None:
+    """The reader of stdout went away (`... | head`): what the command prints from now on goes
+    nowhere, and it ends as it would have (CLOSED_PIPE). Python's own flush at exit then has
+    nothing to fail on."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     except (OSError, ValueError, io.UnsupportedOperation):  # not a descriptor (a test runner's buffer)
         pass
-    raise SystemExit(EXIT_CLOSED_PIPE)
+
+
+def _echo(text: str) -> None:
+    """``click.echo`` to stdout, where a reader that left drops the rest (CLOSED_PIPE)."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        _drop_stdout()
+
+
+def _flush_stdout() -> None:
+    """Flush stdout before the interpreter does: its flush at exit reports a closed pipe as
+    an ignored exception and exit status 120."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+    except (OSError, ValueError):  # closed already
+        pass
 
 
 class _Group(click.Group):
     """A group whose commands' errors leave as one line (``Failure``): click's usage errors,
     the cache's, bad model files, key files, settings, a Ray that cannot be reached."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        finally:  # click ends with SystemExit: stdout is flushed here, whatever the code
+            _flush_stdout()
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -124,8 +207,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:
-            _closed_pipe()
+        except BrokenPipeError:  # printed past our own writers (which drop the rest and go on)
+            _drop_stdout()
+            raise SystemExit(CLOSED_PIPE.code) from None
         except Failure:
             raise
         except Exception as error:
@@ -159,10 +243,16 @@ def _version() -> str:
 
 class _Console(Console):
     """Prints text with its control characters escaped: names, keys and messages come from
-    the database, where anyone who can write may have stored terminal escape sequences."""
+    the database, where anyone who can write may have stored terminal escape sequences. A
+    reader of stdout that leaves (`| head`) drops the rest of the output (CLOSED_PIPE) where
+    rich's own handler would exit 1."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(escape_control(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _drop_stdout()
 
 
 def _out() -> Console:
@@ -189,6 +279,8 @@ def _settings(ctx: click.Context, **flags: Any) -> Settings:
 
 
 def _open(ctx: click.Context, *, read_only: bool) -> Store:
+    from autotune.cache import Store
+
     return Store(_settings(ctx).cache, read_only=read_only)
 
 
@@ -226,8 +318,10 @@ def _signing_key_option(what: str) -> Callable[[Any], Any]:
 
 
 def _print_listing(columns: list[Column], rows: list[list[str]]) -> None:
-    """A header and a line per row, in columns cut to fit the terminal; whole into a pipe or a file."""
+    """A header and a line per row, in columns cut to fit the terminal; whole into a pipe or a file.
+    Each cell's control characters are escaped before the columns are fitted, so they line up."""
     out = _out()
+    rows = [[escape_control(cell) for cell in row] for row in rows]
     widths = fit_widths(columns, rows, out.width if out.is_terminal else sys.maxsize)
 
     def line(cells: list[str]) -> str:
@@ -242,7 +336,12 @@ def _print_listing(columns: list[Column], rows: list[list[str]]) -> None:
 # ---------------------------------------------------------------------- groups
 
 
-@click.group(cls=_Group, name="autotune")
+def _exit_epilog() -> str:
+    codes = ", ".join(f"{status.code} {status.cause}" for status in EXIT_STATUSES)
+    return f"Exit status, the same for every command: {codes} (docs/cli.md#exit-status)."
+
+
+@click.group(cls=_Group, name="autotune", epilog=_exit_epilog())
 @click.version_option(_version(), "--version", prog_name="autotune")
 def main() -> None:
     """Ahead-of-time max-autotune sweeps and a shared kernel cache for torch.compile.
@@ -289,7 +388,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     """
     data = _open(ctx, read_only=True).stats()
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        _echo(json.dumps(data, indent=2))
         return
     out = _out()
     for name, value in data.items():
@@ -337,7 +436,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
         return
     rows = store.list_results(op=op, device=device, limit=limit or None)
     if as_json:
-        click.echo(json.dumps([result_summary(i, r) for i, r in rows], indent=2))
+        _echo(json.dumps([result_summary(i, r) for i, r in rows], indent=2))
         _exit_if_malformed(rows)
         return
     columns = [Column("id", right=True), Column("request", least=22), Column("device", least=10, cut=short_device),
@@ -364,7 +463,7 @@ def _check_ls_flags(op: str | None, misses: bool, artifacts: bool, kind: str | N
 
 def _print_artifacts(found: list[ArtifactInfo], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps([artifact_summary(a) for a in found], indent=2))
+        _echo(json.dumps([artifact_summary(a) for a in found], indent=2))
         return
     columns = [Column("id", right=True), Column("kind"), Column("key", least=16, cut=short_key),
                Column("size", right=True), Column("signer", least=8), Column("torch", least=8),
@@ -388,7 +487,7 @@ def _print_misses(store: Store, op: str | None, device: str | None, limit: int, 
     ]
     found = found[:limit] if limit else found
     if as_json:
-        click.echo(json.dumps([miss_summary(m) for m in found], indent=2))
+        _echo(json.dumps([miss_summary(m) for m in found], indent=2))
         _exit_if_malformed(logged)
         return
     columns = [Column("count", right=True), Column("request", least=22), Column("device", least=10, cut=short_device),
@@ -420,7 +519,7 @@ def show(ctx: click.Context, request_id: int, as_json: bool) -> None:
     if result is None:
         fail(f"no cached request with id {request_id}; see `autotune cache ls`")
     if as_json:
-        click.echo(json.dumps({"id": request_id, **result.to_json()}, indent=2))
+        _echo(json.dumps({"id": request_id, **result.to_json()}, indent=2))
         return
     _print_result(request_id, result)
 
@@ -480,8 +579,9 @@ def export_(ctx: click.Context, file: str) -> None:
         with click.open_file(file, "w", encoding="utf-8", atomic=file != "-") as fp:
             report = store.export_jsonl(fp)
             fp.flush()  # stdout is kept open: a closed pipe shows here, not at exit
-    except BrokenPipeError:  # `export - | head`: the reader had enough, no bad path
-        _closed_pipe()
+    except BrokenPipeError:  # `export - | head`: the reader had enough (CLOSED_PIPE), no bad path
+        _drop_stdout()
+        return
     except OSError as error:
         fail(f"cannot write {file}: {error.strerror}; choose a writable path")
     configs = f", {report.kernel_configs} pointwise kernel configs" if report.kernel_configs else ""
@@ -652,8 +752,9 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
     the workers print goes to a log file, whose path the summary ends with (-v streams it).
 
     Exit status: 0 all well, 1 some requests failed (the good ones are stored), 2 bad input
-    (a bad model file, a cache that cannot be reached or written, no Ray, or a Ray cluster
-    that cannot be joined).
+    (a bad model file, --mode or --device, a cache that cannot be reached, no Ray, or a Ray
+    cluster that cannot be joined; each answered in seconds, with no cache file or log left
+    behind where it can be told before anything starts), 3 the cache refused a write.
 
     \b
     Example:
@@ -666,36 +767,106 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         autotune sweep model.py --signing-key ~/.autotune/sweeper   # also publish compiled artifacts
         autotune sweep model.py --train --ddp --bucket-cap-mb 1   # a torchrun job's DDP ranks
     """
-    from autotune.sweep_report import SweepOptions
-
     if not models and not misses:
         fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(ctx, mode=mode, device=device, address=address, workers=workers, gpus=gpus,
                          jobs_per_gpu=jobs_per_gpu, capture_processes=capture_processes,
                          passes_per_gpu=passes_per_gpu, request_timeout=request_timeout, signing_key=signing_key, log=log_path)
+    _check_sweep_input(models, entry, inductor_config, settings)
     _check_keys(settings)
+    from autotune.sweep_report import SweepOptions
+
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
                            inductor_config=inductor_config, train=train, force=force, dry_run=dry_run,
                            misses=misses, distributed=_distributed(ddp, fsdp, bucket_cap_mb, world_size))
-    try:
-        report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
-    except CacheError as error:  # found before any work: the cache given cannot be reached or written
-        fail(str(error))
+    # A cache that cannot be reached (2) or written (3) stops it before any work: _as_failure's line.
+    report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
+    from autotune.sweep_view import no_request_notes, print_summary
+
+    notes = no_request_notes(report, train=train, mode=settings.mode)
     if as_json:
-        click.echo(json.dumps({**report.to_json(), "log": str(log_file)}, indent=2))
+        _echo(json.dumps({**report.to_json(), "log": str(log_file), "notes": notes}, indent=2))
         _stdout_to_stderr_after_report()
     else:
-        from autotune.sweep_view import print_summary
-
-        print_summary(report, _out(), log_file)
+        print_summary(report, _out(), log_file, notes)
     for line in report.malformed_rows:  # each skipped; the rest were tuned
         _err().print(f"Error: {escape(line)}")
     if report.store_error is not None:
-        fail(f"{report.store_error}; the sweep stopped: a rerun tunes what is missing", EXIT_FAILED)
+        fail(f"{report.store_error}; the sweep stopped: a rerun tunes what is missing",
+             _store_error_code(report.store_error))
     if report.malformed_rows:
         raise SystemExit(EXIT_BAD_INPUT)
-    raise SystemExit(EXIT_FAILED if report.failed else 0)
+    raise SystemExit(EXIT_FAILED if report.failed else DONE.code)
+
+
+def _store_error_code(message: str) -> int:
+    """A sweep's store error in the middle of the work arrives as the cache's one line (a worker
+    stored the result; workers/actor.store_result): a refused write's line (CacheWriteRefused,
+    ReadOnlyError) is REFUSED_WRITE, as the same write refused anywhere else; any other, WORK_FAILED."""
+    refused = message.startswith("cannot write to cache database") or "was opened read-only" in message
+    return EXIT_REFUSED_WRITE if refused else EXIT_FAILED
+
+
+def _check_sweep_input(models: tuple[str, ...], entry: str, inductor_config: tuple[str, ...],
+                       settings: Settings) -> None:
+    """A sweep's mistakes, answered before Ray, torch, Inductor or the cache start, so that
+    nothing is left behind (no cache file, no log): each model file as far as it can be read
+    without importing it, --inductor-config's form, and a --device this host lacks. --mode and
+    the other settings were checked as the settings were made."""
+    from autotune.inductor_glue.modelfile import check_config_pairs, check_model_file
+
+    for path in dict.fromkeys(models):
+        check_model_file(path, entry)
+    check_config_pairs(inductor_config)
+    if settings.device == "cuda" and not (settings.address or os.environ.get("RAY_ADDRESS")):
+        problem = _no_cuda_here()
+        if problem is not None:
+            fail(f"--device cuda (or AUTOTUNE_DEVICE=cuda): {problem}; pass --device cpu, or join a Ray "
+                 "cluster with GPUs (--address), where capture runs on a GPU node")
+
+
+def _no_cuda_here() -> str | None:
+    """Why torch will find no CUDA GPU on this host, or None where it will. Sure answers are had
+    without importing torch where they can be: a torch built without CUDA (or ROCm), or a host
+    without NVIDIA's device files; torch itself is asked otherwise."""
+    build = _torch_build()
+    if build is not None and not build.get("cuda") and not build.get("hip"):
+        return f"the installed torch ({build.get('__version__', '?')}) is built for CPUs only"
+    if build is not None and build.get("cuda") and not _nvidia_device_files():
+        return "this host has no NVIDIA GPU (no /dev/nvidia* device)"
+    import torch
+
+    return None if torch.cuda.is_available() else f"torch {torch.__version__} sees no CUDA GPU on this host"
+
+
+def _torch_build() -> dict[str, Any] | None:
+    """torch/version.py's constants (__version__, cuda, hip) read without importing torch;
+    None where torch or the file cannot be found, or has another shape."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")  # finds the package, imports nothing
+        folder = (spec.submodule_search_locations or [None])[0] if spec else None
+        tree = ast.parse(Path(folder, "version.py").read_bytes()) if folder else None
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    for node in tree.body if tree else []:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                found[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return found if "cuda" in found else None
+
+
+def _nvidia_device_files() -> bool:
+    """An NVIDIA driver's device files (or WSL's GPU device): CUDA finds no GPU without them."""
+    return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/nvidiactl").exists() or Path("/dev/dxg").exists()
 
 
 def _stdout_to_stderr_after_report() -> None:
@@ -864,19 +1035,24 @@ def keys_show(path: str) -> None:
 
 
 @main.command()
+@_cache_option
 @_json_option
-def doctor(as_json: bool) -> None:
-    """Print torch, Triton, Python and the device, then each feature on or off, naming the
-    torch attribute it misses. Exit 0 when every feature this machine uses is on, else 1.
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Print torch, Triton, Python, the device, autotune's version and extras, the C++
+    compiler and whether the cache answers, then each feature on or off, naming the torch
+    attribute it misses; then a warning for each problem found (a torch not tested, a Triton
+    other than torch's pin, a feature off). Exit 0 when every feature this machine uses is on,
+    else 1; a warning alone leaves it 0.
 
     \b
     Example:
-        autotune doctor
+        autotune doctor --cache postgresql://job@db/kernels
         autotune doctor --json | jq '.features[] | select(.on | not)'
     """
     from autotune.doctor import diagnose, exit_code, render
 
-    report = diagnose()
+    report = diagnose(_settings(ctx).cache)
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(render(report)))
     raise SystemExit(exit_code(report))
 

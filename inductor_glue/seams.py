@@ -22,8 +22,10 @@ Resolving a seam imports its module (``torch._inductor.*``), nothing more.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import importlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -76,6 +78,12 @@ class Seam:
     why: str
     required: bool = True
     checked_on: tuple[str, ...] = CHECKED_ON
+    # Other names of the attribute (dotted paths in the same module), any one of which serves:
+    # a method torch renamed. The seam resolves to the first of attr and these that exists.
+    alternatives: tuple[str, ...] = ()
+    # The torch releases a workaround is for, [first, past): None, every release. Outside them
+    # the seam is not touched at all (``needed()``), whether or not it resolves.
+    needed_on: tuple[str, str] | None = None
 
     @property
     def path(self) -> str:
@@ -98,6 +106,15 @@ class Seam:
 
     def resolve(self) -> Any:
         """The attribute itself: for a patch, as the owner itself defines it (not inherited)."""
+        return self._resolve_one(self.present_attr())
+
+    def present_attr(self) -> str:
+        """The first of ``attr`` and its alternatives that this torch has (``attr`` where none)."""
+        return next((attr for attr in (self.attr, *self.alternatives) if _resolves(self, attr)), self.attr)
+
+    def _resolve_one(self, attr: str) -> Any:
+        if attr != self.attr:
+            return Seam(self.module, attr, self.kind, self.features, self.why, self.required).resolve()
         owner = self.owner()
         if not self.attr:
             return owner
@@ -110,6 +127,16 @@ class Seam:
             return getattr(owner, self.name)
         except AttributeError as exc:
             raise SeamMissing(self._missing(exc)) from exc
+
+    def needed(self) -> bool:
+        """Whether this torch is one of the releases ``needed_on`` names (True without a gate).
+        Reads only torch's version: nothing of the seam's module is imported."""
+        if self.needed_on is None:
+            return True
+        import torch
+
+        first, past = self.needed_on
+        return _release(first) <= _release(str(torch.__version__)) < _release(past)
 
     def problem(self) -> str | None:
         """Why this seam does not resolve here, or None when it does."""
@@ -164,6 +191,27 @@ class Seam:
 SEAMS: list[Seam] = []
 
 
+def _release(version: str) -> tuple[int, int]:
+    """A torch version's release, (major, minor): a pre-release or local build counts as its release."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def _gated(seam: Seam, first: str, past: str) -> Seam:
+    """``seam`` needed only on torch releases [``first``, ``past``) (``Seam.needed``)."""
+    gated = dataclasses.replace(seam, needed_on=(first, past))
+    SEAMS[SEAMS.index(seam)] = gated
+    return gated
+
+
+def _resolves(seam: Seam, attr: str) -> bool:
+    try:
+        seam._resolve_one(attr)
+    except SeamMissing:
+        return False
+    return True
+
+
 def _assigned_per_thread(entry: Any) -> bool:
     """Whether torch keeps a value assigned to this config option per thread: its entry's
     ``user_override`` is a ContextVar in torch 2.13, one value for the process in 2.11."""
@@ -178,8 +226,9 @@ def _config_entry(owner: Any, name: str) -> Any:
 
 
 def _declare(module: str, attr: str, kind: str, features: tuple[Feature, ...], why: str,
-             required: bool = True, checked_on: tuple[str, ...] = CHECKED_ON) -> Seam:
-    seam = Seam(module, attr, kind, features, why, required, checked_on)
+             required: bool = True, checked_on: tuple[str, ...] = CHECKED_ON,
+             alternatives: tuple[str, ...] = ()) -> Seam:
+    seam = Seam(module, attr, kind, features, why, required, checked_on, alternatives)
     SEAMS.append(seam)
     return seam
 
@@ -241,13 +290,16 @@ FIRST_COMPILE_SETUP = (
 # torch.distributed is built in.
 LOCAL_MAP_MODULE = _declare("torch.distributed.tensor.experimental._func_map", "", READ, (),
                             "imported before the first trace, as FIRST_COMPILE_SETUP", required=False)
-# Dynamo's identity guards, which torch 2.11 annotates with the guarded tensor's printed
-# values (inductor_glue/guard_repr.py): a compiled optimizer step's first call prints every state tensor.
-ID_MATCH_GUARD = _declare("torch._dynamo.guards", "GuardBuilder.id_match_unchecked", PATCH, (),
-                          "a tensor it guards is named, not printed (printed, as torch does, without it)",
-                          required=False)
-TENSOR_REPR = _declare("torch._tensor", "Tensor.__repr__", PATCH, (),
-                       "a tensor printed for an identity guard is named without its values", required=False)
+# Dynamo's identity guards, which torch 2.10 to 2.12 annotate with repr() of the guarded value
+# (inductor_glue/guard_repr.py): a compiled optimizer step's first call prints every state tensor.
+# 2.9 annotates nothing and 2.13 names the value's type: there, neither is patched.
+_GUARD_REPR_RELEASES = ("2.10", "2.13")
+ID_MATCH_GUARD = _gated(_declare("torch._dynamo.guards", "GuardBuilder.id_match_unchecked", PATCH, (),
+                                 "a tensor it guards is named, not printed (printed, as torch does, without it); "
+                                 "torch 2.10-2.12 only", required=False), *_GUARD_REPR_RELEASES)
+TENSOR_REPR = _gated(_declare("torch._tensor", "Tensor.__repr__", PATCH, (),
+                              "a tensor printed for an identity guard is named without its values; torch 2.10-2.12 "
+                              "only", required=False), *_GUARD_REPR_RELEASES)
 _declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
          "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
 _declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),
@@ -320,6 +372,10 @@ CPP_BUILD = _declare("torch._inductor.cpp_builder", "CppBuilder.build", PATCH, (
                      "a C++ library is fetched before it is built, and published after")
 _declare("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path", READ, (ARTIFACTS,),
          "the library's path under the cache dir: its key")
+# `autotune doctor` names the compiler Inductor would build with (autotune/doctor.py); no
+# feature depends on it, and without it doctor says it cannot tell.
+CPP_COMPILER = _declare("torch._inductor.cpp_builder", "get_cpp_compiler", READ, (),
+                        "autotune doctor names the C++ compiler Inductor's CPU code is built with", required=False)
 # Triton's, not torch's: its build of a native module (a kernel's launcher, the driver's
 # utilities) with the C compiler, called only when Triton's own cache lacks the module
 # (autotune/triton_modules.py). A CPU machine may have no Triton: not required.
@@ -359,8 +415,17 @@ ADD_GUARDED_CODE = _declare(_PKG, "CompilePackage.add_guarded_code", PATCH, (DYN
 PACKAGE_INSTALL = _declare(_PKG, "CompilePackage.install", PATCH, (DYNAMO_PACKAGE,),
                            "a package that fails to install falls back to tracing")
 _declare(_PKG, "CompilePackage.source_id_from_fn", READ, (DYNAMO_PACKAGE,), "the package's id, as torch's")
-_declare(_PKG, "CompilePackage.bypass_current_entry", READ, (DYNAMO_PACKAGE,), "leaves a frame out")
+PACKAGE_BYPASS = _declare(_PKG, "CompilePackage.bypass_current_entry", READ, (DYNAMO_PACKAGE,),
+                          "leaves a frame out (torch 2.15 renamed it bypass_current_compile, which leaves out "
+                          "the frame's current compile, as torch's own bypass does)",
+                          checked_on=CHECKED_ON + ("2.15",), alternatives=("CompilePackage.bypass_current_compile",))
 _declare(_PKG, "CompilePackage.uninstall", READ, (DYNAMO_PACKAGE,), "undoes a half-done install")
+GUARDS_LOG = _declare("torch._dynamo.guards", "log", READ, (DYNAMO_PACKAGE,),
+                     "its warning per guard that caching_precompile drops is kept at debug level in our log",
+                     required=False)
+OUTPUT_GRAPH_LOG = _declare("torch._dynamo.output_graph", "log", READ, (DYNAMO_PACKAGE,),
+                           "its warning per graph caching_precompile leaves out of the package is kept at debug "
+                           "level in our log", required=False)
 _declare(_PKG, "DynamoCache.path_prefix", READ, (DYNAMO_PACKAGE,), "where Dynamo reads packages")
 _declare(_PKG, "_hash_sourcelines", READ, (DYNAMO_PACKAGE,),
          "a package whose inlined source changed is refused early (torch checks it later)", required=False)
@@ -374,8 +439,10 @@ DYNAMO_CONTEXT_CALL = _declare("torch._dynamo.eval_frame", "_TorchDynamoContext.
 # --- the sweep's capture and its workers (inductor_glue/capture.py, timing.py, workers/)
 _declare("torch._inductor.utils", "fresh_cache", READ, (SWEEP_CAPTURE,),
          "each capture and tuning compile starts from empty Inductor caches")
-_declare("torch._inductor.config", "benchmark_epilogue_fusion", ASSIGN, (SWEEP_CAPTURE,),
-         "off while capturing and tuning (it changes no choice)")
+BENCHMARK_FUSION = _declare("torch._inductor.config", "benchmark_template_fusion", ASSIGN, (SWEEP_CAPTURE,),
+                            "off while capturing and tuning (it changes no choice); torch 2.15's name, whose "
+                            "old name is a deprecated alias there that warns", checked_on=CHECKED_ON + ("2.15",),
+                            alternatives=("benchmark_epilogue_fusion",))
 _declare("torch._inductor", "list_mode_options", READ, (SWEEP_CAPTURE,), "a mode's options, CUDA graphs taken out")
 UNIQUE_ID = _declare("torch.fx.experimental.symbolic_shapes", "ShapeEnv._generate_unique_id", PATCH,
                      (SWEEP_CAPTURE,), "a worker's size symbols get the model's numbers (creation order "
