@@ -217,11 +217,18 @@ def _patched_serialize_guards(original: Any, patch: StackedPatch[PackageSeam]) -
 def _patched_add_guarded_code(original: Any, patch: StackedPatch[PackageSeam]) -> Any:
     def add_guarded_code(self: Any, guards_state: bytes, *args: Any, **kwargs: Any) -> Any:
         if guards_state is _UNSERIALIZABLE:
-            self.bypass_current_entry()  # the frame's entry is left out, its backends not installed
+            _bypass(self)
             return None
         return original(self, guards_state, *args, **kwargs)
 
     return add_guarded_code
+
+
+def _bypass(package: Any) -> None:
+    """Leave the frame being compiled out of the package, its backends not installed: the
+    whole entry up to torch 2.13 (bypass_current_entry), this compile's guarded code and
+    backends from torch 2.15 (bypass_current_compile, what torch's own bypass calls)."""
+    getattr(package, seams.PACKAGE_BYPASS.present_attr().rpartition(".")[2])()
 
 
 def _patched_install(original: Any, patch: StackedPatch[PackageSeam]) -> Any:

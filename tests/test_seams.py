@@ -124,3 +124,15 @@ def test_a_torch_without_a_seam_gets_doctors_off_and_exit_1_and_one_warning_and_
     assert stats["misses"] == 2 and stats["errors"] == 0, stats
     with Store(url, read_only=True) as store:  # the job's writes are done once it has exited
         assert len(store.list_results()) == 2 and store.artifacts(limit=100)
+
+
+def test_a_renamed_seam_resolves_under_either_name_and_is_missing_under_neither() -> None:
+    """A seam torch renamed (torch 2.15: bypass_current_compile, benchmark_template_fusion)
+    resolves to whichever of its names this torch has; with none, it is missing under its own."""
+    renamed = seams.Seam("torch._inductor.config", "autotune_no_such_option", seams.ASSIGN, (), "a test",
+                         alternatives=("max_autotune",))
+    assert renamed.present_attr() == "max_autotune" and renamed.problem() is None
+    gone = seams.Seam("torch._inductor.config", "autotune_no_such_option", seams.ASSIGN, (), "a test",
+                      alternatives=("autotune_nor_this_one",))
+    assert gone.present_attr() == gone.attr
+    assert "torch._inductor.config.autotune_no_such_option" in (gone.problem() or "")
