@@ -313,9 +313,11 @@ def tune_only_shard(rank: int, count: int) -> contextlib.AbstractContextManager[
     return _runtime_tuning(lambda autotuner: kernel_owner(_kernel_id(autotuner), count) == rank)
 
 
-# Epilogue-fusion benchmarking happens in the scheduler, outside lookup; it is
-# off during capture and tuning (it changes no choice hash).
-CAPTURE_CONFIG = {"benchmark_epilogue_fusion": False}
+def capture_config() -> dict[str, Any]:
+    """Inductor options of every capture and tuning compile. Epilogue-fusion benchmarking
+    happens in the scheduler, outside lookup; it is off (it changes no choice hash), under
+    the option's name in this torch (torch 2.15 renamed it, its old name warns there)."""
+    return {seams.BENCHMARK_FUSION.present_attr(): False}
 
 
 def capture_model(
@@ -372,7 +374,7 @@ def _capture_sessions(model: ModelFile, policy: CapturePolicy, batch_sizes: tupl
         overrides = {**model.config_overrides, **(inductor_config or {})}
         log.info("capturing %s batch_sizes=%s mode=%s dynamic=%s", model.path, session.sizes, mode, session.dynamic)
         for dims, duck in session_variants(session, model, inputs):
-            with fresh_inductor({**overrides, **CAPTURE_CONFIG}), installed(policy), no_runtime_tuning():
+            with fresh_inductor({**overrides, **capture_config()}), installed(policy), no_runtime_tuning():
                 try:
                     _run_once(module, inputs, mode, train, device, later, dynamic_dims=dims, duck=duck,
                               distributed=distributed)

@@ -136,3 +136,16 @@ def test_a_renamed_seam_resolves_under_either_name_and_is_missing_under_neither(
                       alternatives=("autotune_nor_this_one",))
     assert gone.present_attr() == gone.attr
     assert "torch._inductor.config.autotune_no_such_option" in (gone.problem() or "")
+
+
+def test_the_capture_sets_inductor_options_under_their_current_names() -> None:
+    """torch 2.15 renamed benchmark_epilogue_fusion; its old name, an alias there, warns
+    (FutureWarning) each process that reads or sets it."""
+    import torch._inductor.config as inductor_config
+
+    from autotune.inductor_glue.capture import capture_config
+
+    entries = vars(inductor_config)["_config"]
+    for name in capture_config():
+        entry = entries[name]
+        assert not getattr(entry, "deprecated", False) and getattr(entry, "alias", None) is None, name

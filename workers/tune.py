@@ -34,7 +34,7 @@ from autotune.cache.records import (
     TuningResult,
 )
 from autotune.inductor_glue import padding
-from autotune.inductor_glue.capture import CAPTURE_CONFIG, fresh_inductor, no_runtime_tuning
+from autotune.inductor_glue.capture import capture_config, fresh_inductor, no_runtime_tuning
 from autotune.inductor_glue.gpu_lock import gpu_timing_turn
 from autotune.inductor_glue.inductor import (
     Benchmark,
@@ -185,7 +185,7 @@ def _compile_and_run(job: TuneJob, policy: TunePolicy) -> tuple[Any, Any]:
     import torch
 
     graph = one_op_graph(job.request, job.device)
-    config = {**job.config_overrides, **CAPTURE_CONFIG, **graph_config(job.request)}
+    config = {**job.config_overrides, **capture_config(), **graph_config(job.request)}
     with fresh_inductor(config), installed(policy), no_runtime_tuning(), symbol_numbers(graph.symbol_ids), \
             padding.as_recorded():
         options = _without_cudagraphs(job.mode or "default", graph.dynamic)
