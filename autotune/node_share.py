@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import pickle
 import socket
 import struct
 import tempfile
@@ -34,13 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import node_wire as wire
+
 log = logging.getLogger(__name__)
 
-# Store methods whose answer depends only on their arguments while a job runs: answered
-# once per node. The rest (writes, leases) are passed on each time.
-READS = frozenset({"lookup", "results_for_env", "cached_request_keys", "kernel_configs", "get_artifact", "misses",
-                   "list_results", "artifacts"})
-_HEADER = struct.Struct("!I")
+# Reads whose answer holds a payload: dropped once every local rank has had it, so that local
+# rank 0 does not keep every artifact the node asked for (junk ones included) for the whole job.
+_PAYLOAD_READS = frozenset({"get_artifact"})
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 @dataclass(frozen=True)
@@ -89,56 +89,70 @@ def _private_folder() -> Path:
     return folder
 
 
-# ------------------------------------------------------------------ framing
+# ------------------------------------------------------------------ who is at the other end
 
 
-def _send(sock: socket.socket, value: Any) -> None:
-    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_HEADER.pack(len(payload)) + payload)
+def check_peer(sock: socket.socket) -> None:
+    """PermissionError unless the process at the other end of ``sock`` is this process or one
+    of its siblings (same user, same parent: the torchrun agent that started the local ranks)."""
+    pid, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    if uid != os.getuid():
+        raise PermissionError(f"the process at the other end (pid {pid}) is another user's")
+    if pid == os.getpid():
+        return
+    parent = _parent_of(pid)
+    if parent != os.getppid():
+        raise PermissionError(f"the process at the other end (pid {pid}, parent {parent}) is not a rank "
+                              f"of this job (their parent is {os.getppid()})")
 
 
-def _receive(sock: socket.socket) -> Any:
-    (size,) = _HEADER.unpack(_read_exactly(sock, _HEADER.size))
-    return pickle.loads(_read_exactly(sock, size))
+def _parent_of(pid: int) -> int | None:
+    """The parent's pid, from /proc (None where the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])  # the name, in parentheses, may hold anything
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise ConnectionError("the other rank closed the connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def _require_peer_checks() -> None:
+    if not hasattr(socket, "SO_PEERCRED") or not Path("/proc/self/stat").exists():
+        raise OSError("this system cannot tell which process is at the other end of a socket")
 
 
 # ------------------------------------------------------------------ local rank 0
 
 
 class SharedReads:
-    """A store whose reads are made once each: concurrent identical reads wait for the first."""
+    """A store whose reads are made once each: concurrent identical reads wait for the first.
+    A read whose answer holds a payload is kept until ``askers`` calls have had it."""
 
-    def __init__(self, open_store: Callable[[], Any]) -> None:
+    def __init__(self, open_store: Callable[[], Any], askers: int = 0) -> None:
         self._open_store = open_store
-        self._answers: dict[bytes, Future[Any]] = {}
+        self._askers = askers
+        self._answers: dict[str, tuple[Future[Any], list[int]]] = {}  # read -> answer, calls that had it
         self._lock = threading.Lock()
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if method not in READS:
+        key = wire.read_key(method, args, kwargs)
+        if key is None:  # a write, or a call of local rank 0's own the node share does not serve
             return getattr(self._open_store(), method)(*args, **kwargs)
-        key = pickle.dumps((method, args, sorted(kwargs.items())), protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
-            answer, first = self._answers.get(key), False
-            if answer is None:
-                answer = self._answers[key] = Future()
+            entry, first = self._answers.get(key), False
+            if entry is None:
+                entry = self._answers[key] = (Future(), [0])
                 first = True
+            answer, had = entry
+            had[0] += 1
+            if method in _PAYLOAD_READS and self._askers and had[0] >= self._askers:
+                self._answers.pop(key, None)  # every local rank has it: not kept for a later one
         if first:
             try:
                 answer.set_result(getattr(self._open_store(), method)(*args, **kwargs))
             except BaseException as exc:  # the caller sees it; the next asker tries again
                 with self._lock:
-                    self._answers.pop(key, None)
+                    if self._answers.get(key, (None,))[0] is answer:
+                        self._answers.pop(key)
                 answer.set_exception(exc)
         return answer.result()
 
@@ -152,12 +166,14 @@ class NodeServer:
     """Local rank 0's side: answers the node's other ranks from ``SharedReads``."""
 
     def __init__(self, path: Path, reads: SharedReads) -> None:
+        _require_peer_checks()
         self.path, self.reads = path, reads
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        path.unlink(missing_ok=True)  # a socket a dead attempt left
+        path.unlink(missing_ok=True)  # a socket a dead attempt left, or one another process bound first
         self._listener.bind(str(path))
         os.chmod(path, 0o600)
         self._listener.listen(64)
+        self._refused = False
         self._thread = threading.Thread(target=self._accept, name="autotune-node-share", daemon=True)
         self._thread.start()
 
@@ -171,21 +187,36 @@ class NodeServer:
 
     def _serve(self, peer: socket.socket) -> None:
         with peer:
+            try:
+                check_peer(peer)
+            except OSError as exc:  # PermissionError among them
+                self._refuse(exc)
+                return
             while True:
                 try:
-                    method, args, kwargs = _receive(peer)
-                except (ConnectionError, OSError, EOFError):
+                    message, blobs = wire.receive(peer)
+                except (ConnectionError, OSError, struct.error):
                     return
+                except wire.WireError as exc:  # not a call: answered as an error, never acted on
+                    reply, blobs = wire.encode_error(exc), []
+                else:
+                    reply, blobs = self._answer(message, blobs)
                 try:
-                    reply: tuple[str, Any] = ("ok", self.reads.call(method, args, kwargs))
-                except Exception as exc:  # noqa: BLE001 - the asking rank raises it, as its own store would
-                    reply = ("error", exc)
-                try:
-                    _send(peer, reply)
-                except (pickle.PicklingError, TypeError, AttributeError):
-                    _send(peer, ("error", RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+                    wire.send(peer, reply, blobs)
                 except OSError:
                     return
+
+    def _answer(self, message: Any, blobs: wire.Blobs) -> tuple[dict[str, Any], wire.Blobs]:
+        try:
+            method, kwargs = wire.decode_call(message, blobs)
+            return wire.encode_reply(method, self.reads.call(method, (), kwargs))
+        except Exception as exc:  # noqa: BLE001 - the asking rank raises it, as its own store would
+            return wire.encode_error(exc), []
+
+    def _refuse(self, exc: BaseException) -> None:
+        """A connection from a process that is not a rank of this job: closed unanswered, one warning."""
+        warn, self._refused = not self._refused, True
+        (log.warning if warn else log.debug)("autotune: refused a connection to the node's cache share: %s", exc)
 
     def close(self) -> None:
         self._listener.close()
@@ -196,23 +227,27 @@ class NodeServer:
 
 
 class NodeClient:
-    """Another rank's store: each call is asked of local rank 0, one at a time."""
+    """Another rank's store: each call is asked of local rank 0, one at a time. Only the calls
+    the node share serves exist (``node_wire.METHODS``); what comes back is checked as a
+    database row is."""
 
     def __init__(self, path: Path, timeout: float) -> None:
+        _require_peer_checks()
         self._sock = _connect(path, timeout)
         self._lock = threading.Lock()
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        message, blobs = wire.encode_call(method, args, kwargs)
+        context = {"row": message["args"].get("request_key") or message["args"].get("key", "?"),
+                   "max_bytes": message["args"].get("max_bytes", 0)}
         with self._lock:
-            _send(self._sock, (method, args, kwargs))
-            status, value = _receive(self._sock)
-        if status == "error":
-            raise value
-        return value
+            wire.send(self._sock, message, blobs)
+            reply, blobs = wire.receive(self._sock)
+        return wire.decode_reply(method, reply, blobs, **context)
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
+        if method not in wire.METHODS:
+            raise AttributeError(f"the node share serves no {method!r}")
         return lambda *args, **kwargs: self.call(method, args, kwargs)
 
     def close(self) -> None:
@@ -220,15 +255,22 @@ class NodeClient:
 
 
 def _connect(path: Path, timeout: float) -> socket.socket:
-    """Connected to local rank 0's socket, waiting up to ``timeout`` for it to appear."""
+    """Connected to local rank 0's socket, waiting up to ``timeout`` for it to appear;
+    PermissionError at once where a process that is not local rank 0 listens there."""
     deadline = time.monotonic() + timeout
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(str(path))
-            return sock
         except OSError:
             sock.close()
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+            continue
+        try:
+            check_peer(sock)
+        except PermissionError as exc:
+            sock.close()
+            raise PermissionError(f"{path} is not local rank 0's: {exc}") from None
+        return sock

@@ -589,7 +589,8 @@ class _NodeShare:
             return
         try:
             if role.serves:
-                self._server = node_share.NodeServer(role.socket_path, node_share.SharedReads(policy._open_database))
+                self._server = node_share.NodeServer(role.socket_path,
+                                                     node_share.SharedReads(policy._open_database, role.local_world_size))
             else:  # rank 0 may still be starting: connect while this rank imports and traces
                 self._client = concurrent.futures.Future()
                 # A daemon thread: a rank whose local rank 0 never serves must not wait for it at exit.
@@ -614,6 +615,8 @@ class _NodeShare:
             if self.pending:
                 return None
             why = "TimeoutError"
+        except PermissionError as exc:  # another process listens where local rank 0 should (node_share.py)
+            why = f"PermissionError: {exc}"
         except Exception as exc:  # noqa: BLE001 - rank 0 gone: this rank reads the database
             why = type(exc).__name__
         log.warning("autotune: local rank 0 does not answer (%s); this rank reads the cache itself", why)

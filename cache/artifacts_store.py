@@ -217,15 +217,22 @@ def batches(artifacts: Iterable[Artifact]) -> Iterator[list[Artifact]]:
 
 def _info(row: Any, dialect: str) -> ArtifactInfo:
     with checking("artifacts", row.id):
-        values = _INFOS.values(row, dialect)
-        for name, kind in _INFO_TYPES.items():
-            if not isinstance(values[name], kind) or isinstance(values[name], bool):
-                raise ValueError(f"{name} is {values[name]!r}, not {kind.__name__}")
-        if values["signer"] is not None and not isinstance(values["signer"], str):
-            raise ValueError(f"signer is {values['signer']!r}, not a string")
-        if not isinstance(values["created_at"], datetime):
-            raise ValueError(f"created_at is {values['created_at']!r}, not a timestamp")
-        return ArtifactInfo(**values)
+        return info_from_values(_INFOS.values(row, dialect))
+
+
+def info_from_values(values: dict[str, Any]) -> ArtifactInfo:
+    """An artifact's listing entry from its values by column name (a row's, or one local rank 0
+    sent: autotune/node_wire.py); ValueError names a value of the wrong type."""
+    if values.keys() != {c.name for c in _INFO_COLUMNS}:
+        raise ValueError(f"an artifact's entry holds {sorted(values)}, not its columns")
+    for name, kind in _INFO_TYPES.items():
+        if not isinstance(values[name], kind) or isinstance(values[name], bool):
+            raise ValueError(f"{name} is {values[name]!r}, not {kind.__name__}")
+    if values["signer"] is not None and not isinstance(values["signer"], str):
+        raise ValueError(f"signer is {values['signer']!r}, not a string")
+    if not isinstance(values["created_at"], datetime):
+        raise ValueError(f"created_at is {values['created_at']!r}, not a timestamp")
+    return ArtifactInfo(**values)
 
 
 def _artifact(reader: Reader, row: Any, dialect: str, max_bytes: int | None) -> Artifact:

@@ -132,6 +132,24 @@ def stored_time_ms(value: Any, where: str) -> float | None:
     return float(value)
 
 
+def check_timed(ok: bool, times: list[float | None]) -> None:
+    """A result of status ok times at least one of its candidates (``times``: each candidate's
+    time as ``stored_time_ms`` read it): Inductor handed no time for any choice fails the compile."""
+    if ok and all(t is None for t in times):
+        raise ValueError("its status is ok, yet no candidate has a time (each is null or infinite)")
+
+
+def check_kernel_config(key: Any, value: Any) -> None:
+    """A kernel config's key and value: a key is a path under Inductor's cache dir or a verdict's
+    name, so a NUL in it could never name a file; a value is a JSON object."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"key is {key!r:.60}, not a non-empty string")
+    if "\0" in key:
+        raise ValueError(f"key {key!r:.60} holds a NUL byte")
+    if not isinstance(value, dict):
+        raise ValueError(f"value is {json_type(value)}, not a JSON object")
+
+
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from autotune.cache.records import Environment
 from autotune.cache.store import Store
 from autotune.node_share import NodeClient, NodeServer, SharedReads, node_role
 
@@ -82,13 +83,14 @@ def test_eight_ranks_make_the_database_calls_of_one(tmp_path: Path) -> None:
     role = node_role({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8", "MASTER_PORT": str(os.getpid()),
                       "TORCHELASTIC_RUN_ID": tmp_path.name})
     assert role is not None and role.serves
-    server = NodeServer(role.socket_path, SharedReads(lambda: Counting()))
+    env = Environment("cpu", "a cpu", "2.x", None, None, "hash", "config")
+    server = NodeServer(role.socket_path, SharedReads(lambda: Counting(), role.local_world_size))
     clients = [NodeClient(role.socket_path, timeout=5) for _ in range(7)]
     try:
         for asker in [server.reads, *clients]:
-            assert asker.misses() == []
-            assert asker.get_artifact("fx", "absent") is None
-        assert sorted(calls) == ["get_artifact", "misses"]
+            assert asker.lookup(env, "absent") is None
+            assert asker.get_artifact("fx_graph", "absent") is None
+        assert sorted(calls) == ["get_artifact", "lookup"]
     finally:
         for client in clients:
             client.close()
