@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import autotune
+
 pytestmark = [
     pytest.mark.torch_subset,
     pytest.mark.skipif(not os.environ.get("AUTOTUNE_TEST_WHEEL"),
@@ -25,7 +27,10 @@ pytestmark = [
                               "editable install has no wheel to check)"),
 ]
 
-OURS = {"autotune", "autotune-0.1.0.dist-info"}
+# The distribution is inductor-autotune (the package index's `autotune` is another project's);
+# its one import name is autotune.
+DIST_INFO = f"inductor_autotune-{autotune.__version__}.dist-info"
+OURS = {"autotune", DIST_INFO}
 
 
 def _top_level(names: list[str]) -> set[str]:
@@ -38,10 +43,8 @@ def test_the_wheel_installs_only_autotune_and_its_dist_info() -> None:
     top_level = next(name for name in wheel.namelist() if name.endswith(".dist-info/top_level.txt"))
     assert wheel.read(top_level).decode().split() == ["autotune"]
     # What pip put into site-packages: the same two names, and our code is imported from there.
-    files = importlib.metadata.distribution("autotune").files or []
+    files = importlib.metadata.distribution("inductor-autotune").files or []
     assert _top_level([str(f) for f in files if not str(f).startswith("..")]) == OURS
-    import autotune
-
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
     assert Path(autotune.__file__).resolve().is_relative_to(site), autotune.__file__
 
@@ -49,3 +52,12 @@ def test_the_wheel_installs_only_autotune_and_its_dist_info() -> None:
 def test_ray_is_not_installed_in_the_wheels_venv() -> None:
     """The [sweep] extra was left out: the hook tests of this subset warm-start without Ray."""
     assert importlib.util.find_spec("ray") is None, sys.prefix
+
+
+def test_the_wheel_carries_the_license_and_declares_it() -> None:
+    wheel = zipfile.ZipFile(os.environ["AUTOTUNE_TEST_WHEEL"])
+    assert wheel.read(f"{DIST_INFO}/licenses/LICENSE").decode().startswith("BSD 3-Clause License")
+    metadata = wheel.read(f"{DIST_INFO}/METADATA").decode()
+    assert "License-Expression: BSD-3-Clause" in metadata.splitlines()
+    assert "Name: inductor-autotune" in metadata.splitlines()
+    assert "Requires-Dist: torch>=2.11" in metadata.splitlines(), "a ceiling on torch would make pip replace a newer one"
