@@ -310,5 +310,5 @@ class Prefetch:
             return
         verdicts = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(self.dropped.items()))
         log.warning("autotune: rejected %d stored artifacts whose signature did not verify (%s); they are "
-                    "compiled instead. Delete them (autotune cache prune), or trust their signer with "
+                    "compiled instead. List them with `autotune cache ls --artifacts`; trust their signer with "
                     "AUTOTUNE_TRUSTED_KEYS if you mean to", sum(self.dropped.values()), verdicts)
