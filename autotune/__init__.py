@@ -20,11 +20,13 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
                read_only: bool = False, **kwargs: Any) -> WarmStart:
     """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
 
-    Where torch sees a CUDA GPU (and the prefetch is on, the default) it returns at once and the
-    hook installs on a thread while the script goes on; ``torch.compile``, Inductor's selector
-    and the script's imports of torch's modules wait for it (autotune/background.py,
-    autotune/import_gate.py). ``AUTOTUNE_BACKGROUND_INSTALL`` 0 or 1 decides it on any machine.
-    Bad settings and key files raise here either way."""
+    The hook installs on the caller's thread before this returns, and patches nothing of the
+    interpreter's; only the prefetch (the cache's reads and the artifacts' checks) runs on a
+    thread, which ends with it. ``AUTOTUNE_BACKGROUND_INSTALL=1`` (off by default, on every
+    machine) opts in to the install on a thread instead: it returns at once, and
+    ``torch.compile``, Inductor's selector and the script's imports of torch's modules wait for
+    the install (autotune/background.py, autotune/import_gate.py; docs/guide.md says why it is
+    not the default). Bad settings and key files raise here either way."""
     import sysconfig
     from typing import cast
 
@@ -42,7 +44,7 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
         return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
-    if not (settings.prefetch and _installs_on_a_thread(settings.background_install)):
+    if not (settings.prefetch and settings.background_install):
         return _timed(install)
     from . import import_gate
 
@@ -69,20 +71,12 @@ def _start_beside_imports() -> None:
 
 
 def _timed(install: Callable[[], WarmStart]) -> WarmStart:
-    """The install before ``warm_start()`` returns, its seconds in the handle's stats."""
+    """The install before ``warm_start()`` returns, its seconds in the handle's stats. It starts
+    no thread of its own: the store's modules are imported by the prefetch's thread (or the
+    first lookup), Triton's key by the first compile (autotune/store_imports.py)."""
     import time
 
     began = time.perf_counter()
-    _start_beside_imports()
     handle = install()
     handle.stats.install_s = time.perf_counter() - began
     return handle
-
-
-def _installs_on_a_thread(setting: bool | None) -> bool:
-    """The setting, else whether torch sees a CUDA GPU (``Settings.background_install`` says why)."""
-    if setting is not None:
-        return setting
-    from .inductor_glue.env import default_device
-
-    return default_device() == "cuda"

@@ -68,8 +68,12 @@ class WarmStart:
             compile_retry.push(policy)  # a graph that fails with served kernels compiles again with ATen's
         self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
+        # The warm-ups on threads of their own come with the install on a thread (the opt-in,
+        # autotune/background.py) only: by default the first compile does them itself, and the
+        # only threads the install starts are the cache's reads (docs/guide.md says why).
+        early = policy.settings.background_install
         if gpu is not None:
-            self._prepare_kernels(policy, gpu, prewarm_triton_backend())
+            self._prepare_kernels(policy, gpu, prewarm_triton_backend() if early else None)
         self._verdicts = _verdict_modules(policy, gpu, off)
         if prefetch:  # before the artifact tier, which asks the prefetch first
             policy.start_prefetch(trusted if policy.settings.artifacts else NO_TRUSTED_KEYS, gpu or "cpu")
@@ -77,7 +81,7 @@ class WarmStart:
         # After the artifact tier, which serves the probes' builds. Their thread is not waited for
         # at exit (it runs Python and compilers in subprocesses, nothing that minds being ended,
         # and its probes take seconds on a small CPU): a script that never compiles exits at once.
-        if prefetch and gpu is None:
+        if prefetch and early and gpu is None:
             probe_vec_isa_early()
         self.installed = True
 

@@ -86,11 +86,11 @@ class ServePolicy:
         self.tuned_keys: set[str] = set()
         self._configs_saved: set[str] = set()  # keys stored so far (read and written on the writer thread only)
         self._verdicts: set[str] = set()  # request keys timed here
-        # The store's imports (started by warm_start() already, or now) are not part of the
-        # lookup timeout, which is for a slow or unreachable database: on a busy node (a GPU
-        # host compiling, with the GIL shared with the job's own imports) they alone could
-        # outlast the timeout and turn a whole warm start into plain max-autotune.
-        store_imports.start()
+        # The store's imports (made by the first caller of store_imports.join(): the prefetch's
+        # thread, or a lookup before the timed call) are not part of the lookup timeout, which is
+        # for a slow or unreachable database: on a busy node (a GPU host compiling, with the GIL
+        # shared with the job's own imports) they alone could outlast the timeout and turn a
+        # whole warm start into plain max-autotune.
         self._store: protocols.Store | None = None
         self._database: protocols.Store | None = None
         self._disabled = False

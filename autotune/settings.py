@@ -130,14 +130,13 @@ class Settings:
     # and the trusted artifacts of this device), so that the first compile finds them in memory
     # (autotune/prefetch.py).
     prefetch: bool = True
-    # Hook: warm_start() returns at once and installs the hook on a thread; torch.compile and
-    # Inductor's selector wait for it (autotune/background.py, inductor_glue/selector_hold.py),
-    # and so do the script's imports of torch's modules, which two threads cannot import at once
-    # (autotune/import_gate.py). Off: the hook installs before warm_start() returns. None (the
-    # default): on where torch sees a CUDA GPU. A CPU job's first compile lowers its graphs and
-    # probes the ISA, which the thread's work then competes with for the same cores
-    # (docs/results.md, the prefetch).
-    background_install: bool | None = None
+    # Hook, an opt-in (off by default on every machine): warm_start() returns at once and installs
+    # the hook on a thread; torch.compile and Inductor's selector wait for it
+    # (autotune/background.py, inductor_glue/selector_hold.py), and so do the script's imports of
+    # torch's modules, which two threads cannot import at once (autotune/import_gate.py: it
+    # replaces two functions of Python's import for the process). Off: the hook installs before
+    # warm_start() returns and patches nothing of the interpreter's (docs/guide.md says why).
+    background_install: bool = False
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
     # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
     time_in_graph: bool = True

@@ -1,28 +1,33 @@
-"""The store's imports (SQLAlchemy and the cache package), once per process, on a thread of their own.
+"""The store's imports (SQLAlchemy and the cache package), once per process, by one thread at a time.
 
-They are CPU work that cannot hang, and a warm start's first lookup needs them. So
-``warm_start()`` starts them before Inductor's imports (autotune/__init__.py), and the store
-opens at once when the hook asks for it. Started later, at the hook's install, they came after
-Inductor's imports, and a compile called at once waited for them through the prefetch. Beside
-Inductor's imports they take turns with them on the GIL and lengthen them; made first on the
-install's thread instead, they lengthened them more in the one run measured
-(docs/internals.md).
+SQLAlchemy's modules import each other in cycles, and a second thread importing them at once
+was handed unfinished ones, which disabled a job's cache. So every user of the store calls
+``join()`` first: the first caller imports them, on its own thread, while any other waits for it.
+By default that is the prefetch's thread (its first read opens the store), or a compile's first
+lookup where the prefetch is off: the warm start starts no thread for them.
 
-Every user of the store joins the one thread (``join()``): SQLAlchemy's modules import each
-other in cycles, and a second thread importing them at once was handed unfinished ones, which
-disabled a job's cache. Nothing here imports torch.
+With the install on a thread (``AUTOTUNE_BACKGROUND_INSTALL=1``, autotune/background.py),
+``start()`` imports them on a thread of their own, started before Inductor's imports: a compile
+called at once then found the store open rather than waiting for them through the prefetch.
+Beside Inductor's imports they take turns with them on the GIL and lengthen them; made first on
+the install's thread instead, they lengthened them more in the one run measured
+(docs/internals.md). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 
 from . import exit_wait
 
+log = logging.getLogger(__name__)
+
 THREAD_NAME = "autotune-imports"  # the import gate never holds a thread named autotune-*
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _thread
+_importing = threading.Lock()  # held by the one thread importing the store's modules
 _thread: threading.Thread | None = None
 
 
@@ -30,12 +35,21 @@ def _import_store_modules() -> None:
     importlib.import_module("autotune.cache.store")
 
 
+def _import_once() -> None:
+    with _importing:
+        try:
+            _import_store_modules()  # a second caller finds them imported: a dictionary lookup
+        except Exception:  # noqa: BLE001 - the store's own import raises it where it is used
+            log.debug("the store's imports failed", exc_info=True)
+
+
 def start() -> threading.Thread:
-    """The thread importing the store's modules, started on the first call."""
+    """The thread importing the store's modules, started on the first call (the install on a
+    thread's: the default start-up calls none)."""
     global _thread
     with _lock:
         if _thread is None:
-            _thread = threading.Thread(target=_import_store_modules, name=THREAD_NAME, daemon=True)
+            _thread = threading.Thread(target=_import_once, name=THREAD_NAME, daemon=True)
             _thread.start()
             exit_wait.finish_before_exit(_thread)
         return _thread
@@ -43,7 +57,11 @@ def start() -> threading.Thread:
 
 def join() -> None:
     """Return once the store's modules are imported (or their import failed: the store's own
-    import then raises where it is used, as it would without this thread)."""
-    thread = start()
-    if threading.current_thread() is not thread:
+    import then raises where it is used, as it would without this): by ``start()``'s thread
+    where it was started, else here, on the calling thread."""
+    with _lock:
+        thread = _thread
+    if thread is None:
+        _import_once()
+    elif threading.current_thread() is not thread:
         thread.join()

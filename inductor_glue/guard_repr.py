@@ -1,14 +1,19 @@
-"""Dynamo's identity guards without printing the tensors they guard (torch 2.11).
+"""Dynamo's identity guards without printing the tensors they guard (torch 2.10 to 2.12).
 
-Torch 2.11 annotates every identity guard (ID_MATCH) with ``repr()`` of the guarded value,
-for the message of a guard that fails. A compiled optimizer step guards each parameter and each
-of its state tensors by identity (their addresses are static, for CUDA graphs), so its first
-call formats every one of them, values and all: a copy to the host and one ``.item()`` per
-printed element, for each tensor, in the first call of every process, cached or not. Torch 2.13
-names the value's type instead. While a warm start is installed, a tensor printed for
-such a guard is written as its type, shape, dtype and device; every other ``repr()`` of a
-tensor is torch's own. Whether a torch prints is read from its guard's code, whatever its version:
-one that prints no value is left alone.
+Torch 2.10, 2.11 and 2.12 annotate every identity guard (ID_MATCH) with ``repr()`` of the
+guarded value, for the message of a guard that fails. A compiled optimizer step guards each
+parameter and each of its state tensors by identity (their addresses are static, for CUDA
+graphs), so its first call formats every one of them, values and all: a copy to the host and one
+``.item()`` per printed element, for each tensor, in the first call of every process, cached or
+not (pytorch/pytorch#176129). Torch 2.9 annotates nothing, and 2.13 names the value's type
+instead (pytorch/pytorch#184796). While a warm start is installed on a torch that prints, a
+tensor printed for such a guard is written as its type, shape, dtype and device; every other
+``repr()`` of a tensor is torch's own.
+
+The two patches are declared as seams gated on those releases (``seams.ID_MATCH_GUARD``,
+``seams.TENSOR_REPR``, ``needed_on``): on any other torch neither is touched, and nothing of
+Dynamo is imported to find out. Within them, the guard's code confirms it (a build that prints no
+value is left alone too).
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ def _prints_values(id_match: Callable[..., Any]) -> bool:
 
 @functools.cache
 def _needed() -> bool:
-    """Whether this torch prints the values an identity guard guards (a torch without the guard
-    builder's method is left alone too)."""
+    """Whether this torch prints the values an identity guard guards: one of the releases the
+    seams are gated on, whose guard's code calls ``repr()`` (a torch without the guard builder's
+    method is left alone too)."""
+    if not (seams.ID_MATCH_GUARD.needed() and seams.TENSOR_REPR.needed()):
+        return False
     try:
         return _prints_values(seams.ID_MATCH_GUARD.resolve())
     except Exception:  # noqa: BLE001 - seams.SeamMissing, or Dynamo failing to import

@@ -1,7 +1,9 @@
-"""Where torch sees a GPU, or with ``AUTOTUNE_BACKGROUND_INSTALL=1``, ``autotune.warm_start()``
-returns at once and installs the hook on a thread; ``torch.compile`` and Inductor's selector wait for the install
-(autotune/background.py, autotune/compile_gate.py, inductor_glue/selector_hold.py). Turned off,
-or without the prefetch, the hook installs before warm_start() returns."""
+"""With ``AUTOTUNE_BACKGROUND_INSTALL=1`` (the opt-in: off by default on every machine),
+``autotune.warm_start()`` returns at once and installs the hook on a thread; ``torch.compile`` and
+Inductor's selector wait for the install (autotune/background.py, autotune/compile_gate.py,
+inductor_glue/selector_hold.py). Turned off, or without the prefetch, the hook installs before
+warm_start() returns (tests/test_default_start.py checks the default). The opt-in's own tier:
+``-m background_install`` runs it alone."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import torch
 
 import autotune
 from autotune import background, compile_gate
+
+pytestmark = pytest.mark.background_install
 
 
 def _background_job(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -90,18 +94,6 @@ def test_turned_off_or_without_the_prefetch_the_hook_installs_before_warm_start_
         stats = handle.stats
         assert stats.install_s > 0 and stats.install_wait_s == 0 and stats.passes_prewarmed == 0 \
             and stats.prewarm_s == 0
-
-
-def test_by_default_the_hook_installs_on_a_thread_where_torch_sees_a_gpu(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import hook
-
-    monkeypatch.delenv("AUTOTUNE_BACKGROUND_INSTALL", raising=False)
-    monkeypatch.delenv("AUTOTUNE_PREFETCH", raising=False)
-    with autotune.warm_start(f"sqlite:///{tmp_path / 'cache.db'}") as handle:
-        on_a_thread = isinstance(handle, background.PendingWarmStart)
-        assert on_a_thread is torch.cuda.is_available()
-        assert (handle.resolved() if on_a_thread else handle) is hook._active is not None  # type: ignore[attr-defined]
 
 
 def test_the_gate_releases_each_hold_and_restores_compile_once_none_is_left() -> None:
@@ -370,13 +362,11 @@ handle.uninstall()
 
 
 @pytest.mark.torch_subset  # with Triton installed (torch 2.11's wheel), its key is hashed too
-@pytest.mark.parametrize("on_a_thread", ["1", "0"])
-def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_path: Path, on_a_thread: str) -> None:
-    """Both start before Inductor's imports (the install's, or warm_start()'s own) and run beside
-    them, not after them, where a compile called at once waited for them
-    (autotune/store_imports.py, inductor_glue/env.py prewarm_triton_key)."""
-    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": on_a_thread,
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_path: Path) -> None:
+    """With the install on a thread, both start before Inductor's imports and run beside them, not
+    after them, where a compile called at once waited for them (autotune/store_imports.py,
+    inductor_glue/env.py prewarm_triton_key). The default starts neither (tests/test_default_start.py)."""
+    env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

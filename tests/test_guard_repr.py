@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autotune.hook import warm_start
-from autotune.inductor_glue import guard_repr
+from autotune.inductor_glue import guard_repr, seams
 
 pytestmark = pytest.mark.torch_subset
 
@@ -55,6 +55,27 @@ def test_without_the_warm_start_this_torch_prints_what_its_identity_guards_guard
     _compiled_optimizer_step()
     # torch 2.11 prints every guarded tensor; torch 2.13 names its type only.
     assert bool(printed) == guard_repr._needed()
+
+
+@pytest.mark.parametrize(("version", "needed"), [("2.9.1", False), ("2.10.0", True), ("2.11.0+cu130", True),
+                                                 ("2.12.1", True), ("2.13.0+cpu", False), ("2.15.0", False)])
+def test_the_guard_seams_are_gated_on_the_releases_whose_identity_guards_print(
+        monkeypatch: pytest.MonkeyPatch, version: str, needed: bool) -> None:
+    # Read from each release's torch/_dynamo/guards.py: 2.9 annotates nothing, 2.10-2.12 call
+    # repr() on the value, 2.13 and later name its type.
+    monkeypatch.setattr(torch, "__version__", version)
+    assert seams.ID_MATCH_GUARD.needed() is needed and seams.TENSOR_REPR.needed() is needed
+
+
+def test_the_warm_start_patches_the_guard_and_repr_only_where_the_gate_says_so(sqlite_url: str) -> None:
+    from torch._dynamo.guards import GuardBuilder
+
+    original_repr, original_guard = torch.Tensor.__repr__, vars(GuardBuilder)["id_match_unchecked"]
+    with warm_start(sqlite_url):
+        patched = (torch.Tensor.__repr__ is not original_repr, vars(GuardBuilder)["id_match_unchecked"] is not original_guard)
+    assert patched == (guard_repr._needed(), guard_repr._needed())
+    assert guard_repr._needed() is seams.ID_MATCH_GUARD.needed()  # 2.11 prints, 2.13 does not: the gate alone decides
+    assert (torch.Tensor.__repr__, vars(GuardBuilder)["id_match_unchecked"]) == (original_repr, original_guard)
 
 
 def test_a_tensor_printed_outside_a_guard_keeps_its_values_while_the_warm_start_is_installed(
