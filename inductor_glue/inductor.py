@@ -283,6 +283,15 @@ def _variant_key(aten_kwargs: dict[str, Any]) -> str:
 
 _NO_VARIANT = _variant_key({})
 
+# torch 2.15 looks timings up under the inputs key followed by how they are benchmarked
+# (create_benchmark_cache_key: "<inputs key>:benchmark_policy=eager"); a request is described,
+# matched and stored under the inputs key alone, as create_inputs_key gives it.
+_BENCHMARK_POLICY = ":benchmark_policy="
+
+
+def _plain_inputs_key(inputs: str) -> str:
+    return inputs.partition(_BENCHMARK_POLICY)[0]
+
 
 def _selector_base() -> type:
     """Inductor's selector class, to derive from; ``object`` where this torch has none, so
@@ -336,6 +345,8 @@ class Selector(_selector_base()):  # type: ignore[misc]
                 self._described[id(choice)] = (_weak(choice), observed)
 
     def lookup(self, choices: list[Any], op: str, inputs: str, benchmark: Benchmark | None, hint_override: int | None = None) -> Timings:  # noqa: E501
+        timed_as = inputs  # Inductor's own cache keeps its timings under what it passed
+        inputs = _plain_inputs_key(inputs)
         inputs_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
         variant = _variant_key(_aten_kwargs(choices))
         pending_key = (op, inputs, variant)
@@ -353,7 +364,7 @@ class Selector(_selector_base()):  # type: ignore[misc]
         if hint_override is not None:
             observed = ObservedRequest(**{**observed.__dict__, "inputs_key": inputs_key})
         def default() -> Timings:
-            return super(Selector, self).lookup(choices, op, inputs, benchmark, hint_override)
+            return super(Selector, self).lookup(choices, op, timed_as, benchmark, hint_override)
 
         return self.policy.lookup(observed, list(choices), benchmark, default)
 

@@ -149,3 +149,18 @@ def test_the_capture_sets_inductor_options_under_their_current_names() -> None:
     for name in capture_config():
         entry = entries[name]
         assert not getattr(entry, "deprecated", False) and getattr(entry, "alias", None) is None, name
+
+
+def test_the_selector_takes_torchs_benchmark_policy_off_the_inputs_key() -> None:
+    """torch 2.15 looks timings up under the inputs key and a benchmark policy after it; a
+    request is described and stored under the inputs key alone (as on earlier torches)."""
+    from torch._inductor import select_algorithm
+
+    from autotune.inductor_glue.inductor import _plain_inputs_key
+
+    key = "torch.float32;cpu;[8, 16];[16, 1];0"
+    assert _plain_inputs_key(key) == key
+    make = getattr(select_algorithm, "create_benchmark_cache_key", None)
+    for device, cudagraphs in (("cpu", False), ("cuda", True)):
+        if make is not None:
+            assert make(key, device, cudagraphs) != key and _plain_inputs_key(make(key, device, cudagraphs)) == key
