@@ -65,7 +65,9 @@ described = env.cpu_description()
 thread.join()
 print(sorted(set(sys.modules) - before), valid_vec_isa_list.cache_info().misses, described == env.cpu_description())
 """
-# A CPU job's warm start with the prefetch on: the description is worked out without the job asking.
+# A CPU job's warm start with the prefetch on and the install on a thread (the opt-in,
+# AUTOTUNE_BACKGROUND_INSTALL=1): the description is worked out without the job asking. The
+# default start-up leaves the probes to the first compile (tests/test_default_start.py).
 WARM = """
 import sys, time
 import autotune
@@ -84,9 +86,11 @@ def test_early_probes_import_nothing_more_and_a_caller_meanwhile_waits_for_their
     assert _run(EARLY, tmp_path / "early") == "[] 1 True"
 
 
-def test_a_cpu_warm_start_with_the_prefetch_probes_before_any_compile_asks(
+@pytest.mark.background_install
+def test_a_cpu_warm_start_with_the_install_on_a_thread_probes_before_any_compile_asks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUTOTUNE_PREFETCH", "1")
+    monkeypatch.setenv("AUTOTUNE_BACKGROUND_INSTALL", "1")
     assert _run(WARM, tmp_path / "warm", f"sqlite:///{tmp_path / 'cache.db'}", probe=False) == "1"
 
 
