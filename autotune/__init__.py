@@ -59,10 +59,11 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 
 
 def _start_beside_imports() -> None:
-    """Work the hook needs that needs no Inductor, on threads of its own, started before
-    Inductor's imports so that it runs beside them: the store's imports (which take turns with
-    those imports on the GIL: autotune/store_imports.py says why they start here all the same)
-    and Triton's key (file reads and hashing, which hold the GIL little)."""
+    """With the install on a thread (the opt-in) only: work the hook needs that needs no Inductor,
+    on threads of its own, started before Inductor's imports so that it runs beside them: the
+    store's imports (which take turns with those imports on the GIL: autotune/store_imports.py
+    says why they start here all the same) and Triton's key (file reads and hashing, which hold
+    the GIL little). The default start-up starts neither."""
     from . import store_imports
     from .inductor_glue.env import prewarm_triton_key
 

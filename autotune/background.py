@@ -1,4 +1,10 @@
-"""``autotune.warm_start()`` that returns at once: the hook installs on a thread.
+"""``autotune.warm_start()`` that returns at once: the hook installs on a thread (an opt-in).
+
+Only with ``AUTOTUNE_BACKGROUND_INSTALL=1``: by default the hook installs before ``warm_start()``
+returns and nothing here runs. It is not the default because what makes it safe is
+process-wide (the import gate replaces two functions of Python's import for the process, and
+``torch.compile`` is swapped during the install), a fault in any of it lands in the user's
+script, and its gain did not show in the whole-process figures (docs/guide.md).
 
 Importing Inductor and installing the hook's seams take seconds, which a script spends
 building its model, loading weights and data, setting up its process group. So the public

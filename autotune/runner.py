@@ -18,8 +18,8 @@ def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, H
 
     A miss under ``on_miss="error"`` raises CacheMissError itself, out of the wrappers
     torch puts around an error in a compile (its message is the line a user needs). The hook
-    installs as ``autotune.warm_start()`` installs it: on a thread while the script starts where
-    torch sees a GPU (``Settings.background_install``)."""
+    installs as ``autotune.warm_start()`` installs it: before the script starts, or on a thread
+    beside it with the opt-in (``Settings.background_install``)."""
     path = Path(script)
     handle = warm_start(settings.cache, on_miss=settings.on_miss, write_back=settings.write_back,
                         read_only=settings.read_only, settings=settings)
