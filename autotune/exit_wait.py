@@ -21,10 +21,11 @@ never holds up the exit for long.
 The hook's store calls run on ``DaemonWorker`` threads, not ``concurrent.futures``' own: that
 module joins its workers at exit without a bound, and a job whose database stalled after
 connecting (a table lock, a server that stops answering) waited minutes at exit for a lookup it
-had given up on long before (issue 78). A worker's calls still queued or running at exit get
-the worker's ``stall_s`` (the lookup timeout plus ``EXIT_GRACE_S``) to finish, counted again
-from each call that finishes, so a queue of writes to a database that answers drains and one
-that does not costs ``stall_s``; the rest are given up with one warning. A write given up never
+had given up on long before (issue 78). At exit, each call a worker runs gets the
+worker's ``stall_s`` (the lookup timeout plus ``EXIT_GRACE_S``) from the moment it started, so a
+queue of writes to a database that answers drains, a call stuck since long before the exit (a
+lookup its caller gave up on) is given up at once, and one that started just before it costs at
+most ``stall_s``; what is left is given up with one warning. A write given up never
 commits: its transaction dies with the process, and the server rolls it back.
 """
 
@@ -129,25 +130,15 @@ def _quietly(stop: Callable[[], None]) -> None:
 
 
 def _drain(workers: list[DaemonWorker], began: float) -> None:
-    """Wait for the workers' calls while they finish (each call gets its worker's ``stall_s``, from
-    the exit's start or the last call that finished; all of them ``DRAIN_CAP_S``); give up the rest
-    with one warning."""
+    """Wait for the workers' calls while each runs within its worker's ``stall_s`` (all of them at
+    most ``DRAIN_CAP_S``); give up the rest with one warning."""
     cap = began + DRAIN_CAP_S
-    done = sum(worker.completed for worker in workers)
-    progress = began
-    while True:
-        pending = [worker for worker in workers if worker.pending]
-        now = time.monotonic()
-        if not pending or now >= cap or all(now >= progress + worker.stall_s for worker in pending):
-            break
+    while time.monotonic() < cap and any(worker.pending and not worker.stalled() for worker in workers):
         time.sleep(0.02)
-        finished = sum(worker.completed for worker in workers)
-        if finished != done:
-            done, progress = finished, time.monotonic()
     left = sum(worker.pending for worker in workers)
     if left:
-        log.warning("autotune: the exit gave up on %d cache call(s) the database had not answered after %.1f s "
-                    "(a write among them was not stored)", left, time.monotonic() - began)
+        log.warning("autotune: at exit, %d cache call(s) still waited for the database; given up after %.1f s "
+                    "(a write among them is not stored)", left, time.monotonic() - began)
 
 
 class DaemonWorker:
@@ -165,11 +156,17 @@ class DaemonWorker:
         self._lock = threading.Lock()
         self._shut = False
         self._thread: threading.Thread | None = None
+        self._running_since: float | None = None  # monotonic start of the call running now
 
     @property
     def pending(self) -> int:
         """Calls submitted and not finished (queued, or running now)."""
         return self._submitted - self.completed
+
+    def stalled(self) -> bool:
+        """The call running now has run ``stall_s`` or more (False while the next one starts)."""
+        since = self._running_since
+        return since is not None and time.monotonic() - since >= self.stall_s
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -204,6 +201,7 @@ class DaemonWorker:
             if item is None:
                 return
             future, fn = item
+            self._running_since = time.monotonic()
             try:
                 if future.set_running_or_notify_cancel():
                     try:
@@ -213,3 +211,4 @@ class DaemonWorker:
             finally:
                 with self._lock:
                     self.completed += 1
+                    self._running_since = None

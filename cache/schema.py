@@ -89,7 +89,10 @@ def lock_for_migration(conn: Connection, wait_s: float) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SET LOCAL lock_timeout = {int(wait_s * 1000)}"))
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK})
-        conn.execute(text("SET LOCAL lock_timeout = 0"))  # the migration itself may take its time
+        # The migration itself may take its time: neither the session's lock timeout nor its
+        # statement timeout (cache/store/_engine.py) applies to it.
+        conn.execute(text("SET LOCAL lock_timeout = 0"))
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
 
 
 def lock_timed_out(error: BaseException) -> bool:

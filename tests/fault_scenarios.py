@@ -667,6 +667,154 @@ def slow_database(url: str, delay: float, workdir: Path, baseline: dict[str, dic
     return out
 
 
+# ------------------------------------------------------ a stalled database
+
+
+class StallingProxy:
+    """A TCP server on 127.0.0.1 that a job takes for PostgreSQL and that stops answering.
+
+    ``stall_on`` empty: it accepts connections and never sends a byte (a server that hangs
+    before its greeting). Otherwise it forwards to the real server until the client sends bytes
+    holding ``stall_on`` (the job's first lookup, say), and from then on that connection and
+    every later one get nothing more, though none is closed: a server stalled after connecting,
+    which no server-side timeout ends (the query never reaches it). Everything ends by
+    ``limit_s`` at the latest, and with ``stop()``."""
+
+    def __init__(self, url: str, stall_on: bytes = b"", limit_s: float = 300.0) -> None:
+        import sqlalchemy as sa
+
+        parsed = sa.make_url(url)
+        self.target = (parsed.host or "127.0.0.1", parsed.port or 5432)
+        self.stall_on = stall_on
+        self.stalled = threading.Event()
+        self.ended = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        port = self.listener.getsockname()[1]
+        self.url = url.replace(f"@{parsed.host}:{parsed.port or 5432}/", f"@127.0.0.1:{port}/", 1)
+        assert self.url != url, "the URL must name host:port"
+        self.connections = 0
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Timer(limit_s, self.stop).start()
+
+    def _accept(self) -> None:
+        while not self.ended.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._sockets.append(client)
+            if not self.stall_on or self.stalled.is_set():
+                continue  # held open, never answered
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                continue
+            self._sockets.append(server)
+            threading.Thread(target=self._forward, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._forward, args=(server, client, False), daemon=True).start()
+
+    def _forward(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+        while not self.ended.is_set():
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            if from_client and self.stall_on in data:
+                self.stalled.set()
+            if self.stalled.is_set():
+                self.ended.wait()  # swallowed: the client waits for an answer that never comes
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def stop(self) -> None:
+        self.ended.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> StallingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# The goal (issue 78): a job whose database stalls exits within this long of its last result.
+STALLED_EXIT_S = 10.0
+
+
+def _locked_tables(url: str, tables: tuple[str, ...]) -> Any:
+    """A connection holding ACCESS EXCLUSIVE locks on ``tables`` of the URL's schema in an open
+    transaction, as any role with UPDATE on them can take; the caller closes it (which releases them)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    conn = engine.connect()
+    conn.exec_driver_sql("SET lock_timeout = '10s'")  # taking the lock itself must not hang the test
+    conn.exec_driver_sql(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+    return conn, engine
+
+
+def stalled_database(url: str, how: str, workdir: Path, env: dict[str, str], lookup_timeout: float = 2.0) -> Outcome:
+    """A real job (tests/hook_job.py: a CPU Inductor compile through warm_start) whose
+    database stalls: ``how`` is "lock" (another session holds ACCESS EXCLUSIVE on the results'
+    tables for the job's whole life), "silent" (a server that accepts and never answers) or
+    "stalls" (the real server until the job's first lookup, then nothing more)."""
+    out = Outcome(f"a stalled database ({how}; {' '.join(f'{k}={v}' for k, v in env.items()) or 'defaults'})",
+                  f"the job warns once, computes the right result, exits 0 within {STALLED_EXIT_S:g} s of "
+                  "its last result, and its compile waited on the cache about the lookup timeout", True)
+    with Store(url) as store:
+        store.upgrade()
+        store.put_result(_result(0))  # something stored: the job's reads have rows to reach for
+    job_env = {"AUTOTUNE_LOOKUP_TIMEOUT": str(lookup_timeout), **env}
+    held = None
+    proxy = None
+    try:
+        if how == "lock":
+            held = _locked_tables(url, ("requests", "candidates", "misses", "kernel_configs", "artifacts"))
+            job_url = url
+        else:
+            proxy = StallingProxy(url, stall_on=b"requests" if how == "stalls" else b"")
+            job_url = proxy.url
+        report = Job(workdir, f"stalled-{how}", "--cache", job_url, env=job_env).finish(timeout=420)
+        still_locked = held is not None and not held[0].closed
+    finally:
+        if held is not None:
+            held[0].close()
+            held[1].dispose()
+        if proxy is not None:
+            proxy.stop()
+    stats = report.get("stats") or {}
+    _job_checks(out, report, 1)
+    lag = report.get("exit_lag_s", 1e9)
+    out.require(lag <= STALLED_EXIT_S, f"the job exited {lag:.1f} s after its last result")
+    out.require(stats.get("store_wait_s", 1e9) <= lookup_timeout + 1.0,
+                f"the compile waited {stats.get('store_wait_s')} s on the cache")
+    if proxy is not None:
+        out.require(proxy.connections >= 1, "the job never connected to the stalling server")
+        if how == "stalls":
+            out.require(proxy.stalled.is_set(), "the job never sent a lookup to the stalling server")
+    out.figures = {"exit_after_last_result_s": round(lag, 2), "waited_on_cache_s": round(stats.get("store_wait_s", 0), 2),
+                   "cache_errors": stats.get("errors"), "warnings": report.get("warnings"),
+                   "job_wall_s": round(report.get("wall_s", 0), 1), "right_output": right_output(report),
+                   "lock_held_throughout": still_locked if how == "lock" else None}
+    return out
+
+
 # ------------------------------------------------ a job killed mid-write-back
 
 # Statements of the write-back's transaction (cache/store/_results.py: _put), in order;

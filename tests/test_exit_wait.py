@@ -97,8 +97,9 @@ def test_a_store_call_after_uninstall_is_dropped_without_disabling_or_warning(
 def test_a_store_worker_drains_at_exit_and_gives_up_a_stuck_call_with_one_warning(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The hook's store calls run on daemon workers: at exit, queued writes to a database that
-    answers all finish; a call the database never answers costs the worker's stall_s (the lookup
-    timeout plus a grace), then it is given up with one warning, however long it would hang."""
+    answers all finish, each within the worker's stall_s (the lookup timeout plus a grace); a call
+    the database never answers is given up stall_s after it started, with one warning, however
+    long it would hang."""
     monkeypatch.setattr(exit_wait, "_waiting", [])
     monkeypatch.setattr(exit_wait, "_workers", [])
     monkeypatch.setattr(exit_wait, "_registered", True)
@@ -117,10 +118,10 @@ def test_a_store_worker_drains_at_exit_and_gives_up_a_stuck_call_with_one_warnin
         exit_wait._finish()
     waited = time.monotonic() - began
     assert writes == list(range(20))  # every queued write was stored
-    assert 0.9 <= waited < 3.0, waited  # the answering queue's ~1 s, then the stuck call's 0.5 s bound at most
+    assert 0.9 <= waited < 3.0, waited  # the answering queue's ~1 s; the stuck call's 0.5 s bound passed meanwhile
     assert not queued_behind.done() and stuck.pending == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "gave up on 2 cache call(s)" in warnings[0], warnings
+    assert len(warnings) == 1 and "2 cache call(s) still waited for the database" in warnings[0], warnings
     never.set()
     assert queued_behind.result(timeout=5) == "never runs"
 
@@ -138,3 +139,20 @@ def test_a_shut_worker_runs_what_was_queued_and_refuses_new_calls() -> None:
     assert worker._thread is not None
     worker._thread.join(5)
     assert not worker.alive() and worker.pending == 0
+
+
+def test_a_call_stuck_since_long_before_the_exit_is_given_up_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lookup its caller gave up on long ago (the database stalled at the job's first compile)
+    costs the exit nothing more: its stall_s ran out before the exit began."""
+    monkeypatch.setattr(exit_wait, "_waiting", [])
+    monkeypatch.setattr(exit_wait, "_workers", [])
+    monkeypatch.setattr(exit_wait, "_registered", True)
+    monkeypatch.setattr(exit_wait, "_exiting", threading.Event())
+    never = threading.Event()
+    worker = exit_wait.DaemonWorker("autotune-test-cache", stall_s=0.3)
+    worker.submit(never.wait)
+    time.sleep(0.5)
+    began = time.monotonic()
+    exit_wait._finish()
+    assert time.monotonic() - began < 0.2 and worker.pending == 1
+    never.set()

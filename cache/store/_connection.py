@@ -32,8 +32,11 @@ from autotune.cache.errors import (
     one_line,
 )
 from autotune.cache.store._engine import (
+    LOCK_TIMEOUT_S,
     SQLITE_BUSY_TIMEOUT_S,
+    STATEMENT_TIMEOUT_S,
     WRITE_OPT,
+    install_postgres_timeouts,
     install_sqlite_hooks,
     parse_url,
 )
@@ -53,6 +56,8 @@ _PG_TRANSIENT = {"40001", "40P01"}
 # PostgreSQL classes of "the server is going away or not there yet": admin shutdown,
 # starting up, connection failures. A restart shows these for a few seconds.
 _PG_RECONNECT_CLASSES = ("08", "57")
+# The server gave up on a statement: it waited too long for a lock, or ran too long.
+_PG_LOCK_TIMEOUT, _PG_CANCELED = "55P03", "57014"
 # Errors that no retry fixes: the write itself is refused.
 _PG_REFUSED = {
     "53100": "the database server's disk is full",
@@ -106,10 +111,16 @@ class StoreBase:
         connect_timeout: float = 5.0,
         create: bool = True,
         migrations_dir: str | os.PathLike[str] | None = None,
+        statement_timeout: float = STATEMENT_TIMEOUT_S,
+        lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> None:
         self.url = resolve_cache_url(url)
         self.read_only = read_only
         self.connect_timeout = connect_timeout
+        # PostgreSQL: seconds a statement may run, and wait for a lock (0: no limit); set on
+        # every session (_engine.install_postgres_timeouts). SQLite's lock wait is its busy timeout.
+        self.statement_timeout = statement_timeout
+        self.lock_timeout = lock_timeout
         # A read-only store never creates anything, not even an empty file.
         self.create = create and not read_only
         # Another migration script directory; for tests of schema upgrades.
@@ -134,6 +145,8 @@ class StoreBase:
             "connect_timeout": self.connect_timeout,
             "create": self.create,
             "migrations_dir": self.migrations_dir,
+            "statement_timeout": self.statement_timeout,
+            "lock_timeout": self.lock_timeout,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -194,13 +207,15 @@ class StoreBase:
             connect_args["connect_timeout"] = max(1, math.ceil(self.connect_timeout))
         if "application_name" not in self._sa_url.query:
             connect_args["application_name"] = "autotune"
-        return sa.create_engine(
+        engine = sa.create_engine(
             self._sa_url,
             connect_args=connect_args,
             pool_size=8,
             max_overflow=16,
             pool_recycle=3600,
         )
+        install_postgres_timeouts(engine, self._sa_url, statement_s=self.statement_timeout, lock_s=self.lock_timeout)
+        return engine
 
     def _create_read_engine(self, engine: Engine) -> Engine:
         if self.dialect != "postgresql":
@@ -287,6 +302,9 @@ class StoreBase:
                 f"cannot write to cache database {self.masked_url}: {reason} ({one_line(error)}); "
                 "free space, fix its permissions, or use a role that may write"
             )
+        gave_up = self._gave_up_message(error)
+        if gave_up is not None:
+            return CacheUnavailable(gave_up)
         if "file is not a database" in str(getattr(error, "orig", error)):
             return CacheUnavailable(
                 f"{self._sqlite_path()} is not an SQLite database (or it is encrypted or damaged); "
@@ -295,6 +313,18 @@ class StoreBase:
         if isinstance(error, (exc.OperationalError, exc.InterfaceError)):
             return CacheUnavailable(self._unavailable_message(error))
         return CacheError(f"cache database error ({self.masked_url}): {one_line(error)}")
+
+    def _gave_up_message(self, error: exc.SQLAlchemyError) -> str | None:
+        """The server's statement or lock timeout, in words (None for any other error)."""
+        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None)
+        if sqlstate == _PG_LOCK_TIMEOUT:
+            return (f"cache database {self.masked_url}: a statement waited more than {self.lock_timeout:g} s for a "
+                    f"lock another session holds ({one_line(error)}); find that session in pg_locks and "
+                    "pg_stat_activity, or wait for it to end")
+        if sqlstate == _PG_CANCELED and "statement timeout" in str(error.orig):  # not a cancel by hand
+            return (f"cache database {self.masked_url}: a statement ran longer than {self.statement_timeout:g} s "
+                    f"({one_line(error)}); the server is overloaded or stalled: check it, then run again")
+        return None
 
     def _require_writable(self, what: str = "write to") -> None:
         if self.read_only:
@@ -369,6 +399,8 @@ class StoreBase:
         sqlstate = getattr(error.orig, "sqlstate", None)
         if sqlstate in _PG_TRANSIENT:
             return True
+        if sqlstate == _PG_CANCELED:  # the statement timeout: the same statement would time out again
+            return False
         # No connection at all (sqlstate None: refused, reset) or the server going down.
         reconnect = sqlstate is None or sqlstate.startswith(_PG_RECONNECT_CLASSES)
         return isinstance(error, exc.OperationalError) and reconnect

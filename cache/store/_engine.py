@@ -16,6 +16,13 @@ from sqlalchemy.engine import URL, make_url
 from autotune.cache.errors import CacheUnavailable, one_line
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+# PostgreSQL, every session of the store (the CLI's, a sweep's): how long one statement may wait
+# for a lock (SQLite's busy timeout plays this part there: the same 30 s), and how long it may run
+# in all. No statement of ours runs for minutes (an import and a prune work in batches of rows);
+# a schema migration lifts both for its own transaction (cache/schema.py). A job's store sets
+# both from its lookup timeout (autotune/serve_policy.py).
+LOCK_TIMEOUT_S = SQLITE_BUSY_TIMEOUT_S
+STATEMENT_TIMEOUT_S = 300.0
 WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing
 
 
@@ -52,6 +59,33 @@ def parse_url(url: str) -> URL:
             "use postgresql+psycopg:// (psycopg 3) or sqlite:///PATH"
         ) from None
     return parsed
+
+
+def install_postgres_timeouts(engine: Engine, url: URL, *, statement_s: float, lock_s: float) -> None:
+    """Give every new session a statement and a lock timeout (0: none), so that a stalled server
+    (a table lock another session holds, a query that never ends) frees the session and its
+    thread: set once per connection, in one round trip. A timeout the URL already sets (its
+    ``options``, e.g. ``?options=-c%20lock_timeout%3D5s``) is left to the URL."""
+    given = " ".join(_options(url))
+    wanted = {name: f"{int(seconds * 1000)}ms" for name, seconds in
+              (("statement_timeout", statement_s), ("lock_timeout", lock_s)) if name not in given}
+    if not wanted:
+        return
+    query = "SELECT " + ", ".join(f"set_config('{name}', %s, false)" for name in wanted)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        autocommit = dbapi_conn.autocommit
+        dbapi_conn.autocommit = True  # a session setting, not one a rolled-back transaction undoes
+        try:
+            dbapi_conn.execute(query, tuple(wanted.values()))
+        finally:
+            dbapi_conn.autocommit = autocommit
+
+
+def _options(url: URL) -> tuple[str, ...]:
+    given = url.query.get("options", ())
+    return (given,) if isinstance(given, str) else tuple(given)
 
 
 def install_sqlite_hooks(engine: Engine, *, wal: bool) -> None:
