@@ -162,8 +162,12 @@ class ServePolicy:
             if self._database is None:
                 from autotune.cache.store import Store
 
-                store = Store(self.settings.cache, read_only=self.settings.read_only,
-                              connect_timeout=self.settings.lookup_timeout)
+                # The server's own bounds on this job's sessions: a lock wait ends with the lookup
+                # (a table lock held for minutes frees the session and its thread at once); a statement
+                # may run as long as WarmStart.flush waits for the writes (an artifact's upload).
+                timeout = self.settings.lookup_timeout
+                store = Store(self.settings.cache, read_only=self.settings.read_only, connect_timeout=timeout,
+                              lock_timeout=timeout, statement_timeout=max(30.0, 10 * timeout))
                 self._database = cast("protocols.Store", _Counted(store, self.stats))
             return self._database
 
