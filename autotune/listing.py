@@ -1,7 +1,9 @@
 """What the cache commands list, as plain text and plain data: each row's JSON summary, the
 cells of a listing, and the widths that fit its columns to a terminal.
 
-Pure: no console, no click; the CLI (cli.py) prints what these return.
+Pure: no console, no click; the CLI (cli.py) prints what these return. Cells hold stored text
+as it is: the CLI escapes each one's control characters (``cache.text.escape_control``) before
+it fits the columns and prints them, as it does every value it prints.
 """
 
 from __future__ import annotations

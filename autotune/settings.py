@@ -9,10 +9,14 @@ handed the values (``Store(settings.cache)``, the pool's ``fault``).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.cache.records import MAX_ARTIFACT_BYTES
@@ -24,6 +28,9 @@ ENV_PREFIX = "AUTOTUNE_"
 # What the hook does on a miss: benchmark as max-autotune does, take ATen, raise, or serve
 # the nearest swept shape's kernel (then tune if there is none; autotune/nearest.py).
 ON_MISS = ("tune", "aten", "error", "nearest")
+# torch.compile's modes that every supported torch accepts (torch._inductor.list_mode_options); a
+# mode outside them is taken if the installed torch lists it (``compile_modes``).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class SettingsError(ValueError):
@@ -173,6 +180,9 @@ class Settings:
         return settings
 
     def validate(self) -> None:
+        if self.mode not in COMPILE_MODES and self.mode not in compile_modes():
+            raise SettingsError(f"mode={self.mode!r} is not a torch.compile mode; use one of "
+                                f"{', '.join(compile_modes())} (--mode or AUTOTUNE_MODE)")
         if self.on_miss not in ON_MISS:
             raise SettingsError(
                 f"on_miss={self.on_miss!r} is not one of {', '.join(ON_MISS)} (AUTOTUNE_ON_MISS)"
@@ -192,6 +202,31 @@ class Settings:
         if self.max_artifact_bytes < 1:
             raise SettingsError(f"max_artifact_bytes={self.max_artifact_bytes} must be at least 1 "
                                 "(AUTOTUNE_MAX_ARTIFACT_BYTES)")
+
+
+@functools.cache
+def compile_modes() -> tuple[str, ...]:
+    """The modes the installed torch.compile accepts: the keys of the table in
+    torch._inductor.list_mode_options, read from its source without importing torch, so that a
+    wrong --mode is one line before anything starts; COMPILE_MODES where that source cannot be
+    read or has changed shape."""
+    try:
+        spec = importlib.util.find_spec("torch")  # finds the package, imports nothing
+        folder = (spec.submodule_search_locations or [None])[0] if spec else None
+        if folder is None:
+            return COMPILE_MODES
+        tree = ast.parse(Path(folder, "_inductor", "__init__.py").read_bytes())
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return COMPILE_MODES
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "list_mode_options":
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Dict) and inner.keys and all(
+                        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in inner.keys):
+                    modes = tuple(k.value for k in inner.keys if isinstance(k, ast.Constant))
+                    if "max-autotune" in modes:
+                        return modes
+    return COMPILE_MODES
 
 
 def warm_start_settings(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,

@@ -9,6 +9,10 @@ sweep, and the sweep's actors send theirs and their children's there too
 (``workers/actor.py``). The terminal keeps the sweep's own lines: the caller writes them
 to ``terminal_out`` and ``terminal_err``, where stdout and stderr went before, and puts
 its own handler for autotune's warnings there. Everything autotune logs goes to the file.
+
+The file is made only once the sweep's input was checked (cli.py): a mistake told before
+anything starts leaves no log. An error that stops the sweep later ends its log, with its
+traceback, so that the log of a failed sweep says why it failed.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import os
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from autotune.cache.text import escape_control
 from autotune.cache.url import default_cache_path, local_directory
 
 log = logging.getLogger(__name__)
@@ -136,6 +142,24 @@ class _LogStream(io.TextIOWrapper):
             pass
 
 
+def _record_failure(error: BaseException) -> None:
+    """The error that stops the sweep, at the end of its log (stderr is the log here): its one
+    line as the terminal shows it, then where it came from."""
+    if isinstance(error, SystemExit) and error.code in (0, None):
+        return
+    if isinstance(error, KeyboardInterrupt):
+        line = "the sweep was interrupted (Ctrl-C)"
+    else:
+        line = f"the sweep stopped: {type(error).__name__}: {str(error).strip() or '-'}"
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    lines = [" ".join(line.split()), *text.splitlines()]
+    try:
+        sys.stderr.write("".join(escape_control(each) + "\n" for each in lines))
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a full disk: the terminal has the line anyway
+        pass
+
+
 class SweepLog:
     """Inside: stdout, stderr and autotune's log records go to ``path``; ``terminal_out``
     and ``terminal_err`` write where stdout and stderr went before."""
@@ -187,6 +211,8 @@ class SweepLog:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if error is not None and self._saved:
+            _record_failure(error)
         logger = logging.getLogger("autotune")
         if self._handler is not None:
             logger.removeHandler(self._handler)

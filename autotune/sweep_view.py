@@ -6,6 +6,10 @@ the time left, the end-to-end pass of each model), live on a terminal and cleare
 end. At the end: a table with a row per model,
 the totals, the candidates that could not be timed counted by reason, the end-to-end
 pass, and where the log is. Every request's own row goes to the log (and ``--json``).
+
+Every value it prints passes through ``_text`` (``cache.text.escape_control``): a request
+planned from the misses table (``--misses``) or a device name is stored text, which anyone
+who can write the cache may have filled with terminal escape sequences.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.cache.records import STATUS_OK, TuningResult
+from autotune.cache.text import escape_control
 
 from .plan import fmt_ms, fmt_speedup, shape_summary
 from .sweep_report import STATUS_CACHED, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
 
+# Modes in which Inductor autotunes GEMMs and convolutions (torch._inductor.list_mode_options).
+_AUTOTUNING_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 FAILED_LISTED = 5  # failed requests named in the summary; the log and --json have them all
 _SETTLED = (STATUS_CACHED, STATUS_OK, "planned", "elsewhere", "not_run")
 
@@ -65,13 +72,13 @@ class SweepProgress:
             return
         if self.task is None:
             self.bar.start()
-            self.task = self.bar.add_task(escape(description), total=total, failed="")
+            self.task = self.bar.add_task(_markup(description), total=total, failed="")
         else:
-            self.bar.reset(self.task, total=total, description=escape(description), failed="")
+            self.bar.reset(self.task, total=total, description=_markup(description), failed="")
 
     def echo(self, line: str) -> None:
         """A line of the log (``-v``), above the live display."""
-        self.console.print(Text(line), soft_wrap=True, highlight=False)
+        self.console.print(_text(line), soft_wrap=True, highlight=False)
 
     def stop(self) -> None:
         if self.task is not None:
@@ -112,22 +119,59 @@ class WarningsToConsole(logging.Handler):
         line = f"{record.levelname.lower()}: {lines[0] if lines else ''}"
         if line not in self.said:
             self.said.add(line)
-            self.console.print(Text(line), soft_wrap=True, highlight=False)
+            self.console.print(_text(line), soft_wrap=True, highlight=False)
+
+
+def _text(text: str) -> Text:
+    """Text to print as it is (no markup), its control characters escaped."""
+    return Text(escape_control(text))
+
+
+def _markup(text: str) -> str:
+    """Text for a place that reads rich's markup, shown as it is, its control characters escaped."""
+    return escape(escape_control(text))
 
 
 # ------------------------------------------------------------------ the summary
 
 
-def print_summary(report: SweepReport, console: Console, log_path: Path | None) -> None:
-    """The end of a sweep on the terminal: a screenful at most, whatever the request count."""
+def print_summary(report: SweepReport, console: Console, log_path: Path | None, notes: list[str] | None = None) -> None:
+    """The end of a sweep on the terminal: a screenful at most, whatever the request count;
+    ``notes`` (``no_request_notes``) after the counts."""
     if report.dry_run:
         console.print(request_table(report))
     else:
         console.print(_model_table(report))
-    for line in summary_lines(report):
-        console.print(Text(line), soft_wrap=True, highlight=False)
+    for line in summary_lines(report) + list(notes or ()):
+        console.print(_text(line), soft_wrap=True, highlight=False)
     if log_path is not None:
-        console.print(Text(f"log: {log_path}"), soft_wrap=True, highlight=False)
+        console.print(_text(f"log: {log_path}"), soft_wrap=True, highlight=False)
+
+
+def no_request_notes(report: SweepReport, *, train: bool, mode: str) -> list[str]:
+    """Why a sweep found no request at all, and what to change: a sweep that says only
+    "0 found" leaves a user to guess (``train``: --train was given)."""
+    if report.found:
+        return []
+    if not report.models:  # --misses alone
+        return ["note: nothing to tune: the hook logged no miss from a machine like this one that the cache "
+                "does not answer (`autotune cache ls --misses` lists every logged miss)"]
+    if mode not in _AUTOTUNING_MODES:
+        return [f"note: 0 requests because --mode {mode} does not autotune GEMMs or convolutions; sweep with "
+                "max-autotune (the default), the mode the jobs reading the cache compile with"]
+    if report.device != "cpu":
+        return ["note: 0 requests: the compiled graphs hold no matmul or convolution that Inductor autotunes; "
+                "check that the model file's example() returns the model and the inputs a real call gets"]
+    if train:
+        return ["note: 0 requests because on a CPU Inductor autotunes a Linear or a convolution only in a frozen "
+                "inference graph (torch._inductor.config.freezing = True), and a training step (--train, or a "
+                "file with train_step()) is never frozen: each GEMM has one choice, ATen's. Sweep the training "
+                "job where it runs, on GPUs (--device cuda, or --address a cluster with GPUs); on a CPU, sweep "
+                "the inference graph (no --train) with freezing on"]
+    return ["note: 0 requests because on a CPU Inductor autotunes a Linear or a convolution only with "
+            "torch._inductor.config.freezing = True (set it in the model file, or pass --inductor-config "
+            "freezing=True) in an inference graph (no --train, no train_step()): without it each GEMM has one "
+            "choice, ATen's. A model with no matmul or convolution has nothing to tune either"]
 
 
 def summary_lines(report: SweepReport) -> list[str]:
@@ -141,6 +185,10 @@ def summary_lines(report: SweepReport) -> list[str]:
     if len(report.models) > 1:
         per_model = ", ".join(f"{Path(m.path).name} {m.requests}" for m in report.models)
         lines.append(f"models: {per_model}: {report.captured} requests, {report.found} after de-duplication")
+    reused = [m for m in report.models if m.reused_from]
+    if reused:
+        which = "" if len(report.models) == 1 else " of " + ", ".join(Path(m.path).name for m in reused)
+        lines.append(f"capture{which} reused from {min(m.reused_from or '' for m in reused)} (--force captures anew)")
     refused = report.refused()
     if refused:
         reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in refused.items())
@@ -202,12 +250,12 @@ def _first_line(text: str | None) -> str:
 
 def _model_table(report: SweepReport) -> Table:
     device = report.env.device_name if report.env else report.device
-    table = Table(title=escape(f"sweep {report.sweep_id} on {device}"))
+    table = Table(title=_markup(f"sweep {report.sweep_id} on {device}"))
     for column in ("model", "requests", "cached", "tuned", "failed", "vs ATen"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for model, outcomes in _by_model(report):
         tuned = [o for o in outcomes if o.status == STATUS_OK]
-        table.add_row(escape(model), str(len(outcomes)), str(sum(o.status == STATUS_CACHED for o in outcomes)),
+        table.add_row(_text(model), str(len(outcomes)), str(sum(o.status == STATUS_CACHED for o in outcomes)),
                       str(len(tuned)), str(sum(o.status not in _SETTLED for o in outcomes)),
                       fmt_speedup(_mean_speedup(o.result for o in tuned)))
     return table
@@ -234,26 +282,26 @@ def _mean_speedup(results: Iterable[TuningResult | None]) -> float | None:
 def request_table(report: SweepReport) -> Table:
     """Every request, its winner and status: a dry run's plan, and the log's record of a sweep."""
     device = report.env.device_name if report.env else report.device
-    table = Table(title=escape(f"sweep {report.sweep_id} on {device}"))
+    table = Table(title=_markup(f"sweep {report.sweep_id} on {device}"))
     for column in ("request", "winner", "time", "vs ATen", "status"):
         table.add_column(column, justify="right" if column in ("time", "vs ATen") else "left")
     for outcome in report.outcomes:
         result = outcome.result
         winner = result.winner if result else None
-        table.add_row(escape(shape_summary(outcome.request)), _winner_config(outcome),
+        table.add_row(_text(shape_summary(outcome.request)), _winner_config(outcome),
                       fmt_ms(winner.time_ms if winner else None),
                       fmt_speedup(result.speedup_over_aten if result else None),
-                      outcome.status if outcome.stored else f"{outcome.status}, not stored")
+                      _text(outcome.status if outcome.stored else f"{outcome.status}, not stored"))
     return table
 
 
-def _winner_config(outcome: Outcome) -> str:
+def _winner_config(outcome: Outcome) -> Text:
     winner = outcome.result.winner if outcome.result else None
     if winner is None:
-        return "" if outcome.result is None else escape((outcome.result.error or "")[:60])
+        return _text("" if outcome.result is None else (outcome.result.error or "")[:60])
     keys = ("tile_shape", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
     shown = ", ".join(f"{k}={winner.params[k]}" for k in keys if k in winner.params)
-    return escape(f"{winner.name} {shown}".strip())
+    return _text(f"{winner.name} {shown}".strip())
 
 
 def append_requests(report: SweepReport, path: Path) -> None:
@@ -263,6 +311,6 @@ def append_requests(report: SweepReport, path: Path) -> None:
             console = Console(file=log_file, width=200, no_color=True, highlight=False, soft_wrap=True)
             console.print(request_table(report))
             for line in summary_lines(report):
-                console.print(Text(line))
+                console.print(_text(line))
     except OSError:
         logging.getLogger(__name__).debug("could not append the requests to %s", path, exc_info=True)

@@ -15,18 +15,33 @@ from pathlib import Path
 
 import click
 
-from autotune.cli import main
+from autotune.cli import COMMAND_EXIT_NOTES, COMMAND_EXITS, EXIT_STATUSES, main
 
 OUT = Path(__file__).resolve().parent / "cli.md"
 HEADER = """# CLI reference
 
 Every `autotune` command, argument and option. Generated from the commands themselves by
 `python docs/gen_cli.py`; `tests/test_docs.py` checks that this page is current. Every
-command also takes `--help`. Exit status, for every command: 0 all well, 1 some work failed
-(the good results are stored), 2 bad input (one line naming the problem and the fix:
-[troubleshooting.md](troubleshooting.md)). Settings and their `AUTOTUNE_*` variables:
-[guide.md](guide.md#settings).
+command also takes `--help`. Every command exits as [the one table below](#exit-status) says
+(each error's line and its fix: [troubleshooting.md](troubleshooting.md)). Settings and their
+`AUTOTUNE_*` variables: [guide.md](guide.md#settings).
 """
+
+
+def exit_table() -> str:
+    """The exit-status contract, from the table the commands exit by (autotune.cli.EXIT_STATUSES),
+    and the causes each command can meet (COMMAND_EXITS; tests/test_exit_codes.py tests each)."""
+    rows = [f"| {status.code} | {status.cause} | {table_cell(status.meaning)} |" for status in EXIT_STATUSES]
+    per_command = [f"| `autotune{' ' + path if path else ''}` | {exit_list(path)} |" for path in COMMAND_EXITS]
+    return ("## Exit status\n\nThe same cause gives the same code, whichever command meets it:\n\n"
+            "| code | cause | what it means |\n| --- | --- | --- |\n" + "\n".join(rows) +
+            "\n\nWhat each command can meet (`autotune run` exits with its script's status otherwise):\n\n"
+            "| command | exit status |\n| --- | --- |\n" + "\n".join(per_command))
+
+
+def exit_list(path: str) -> str:
+    codes = [f"{status.code} {status.cause}" for status in COMMAND_EXITS.get(path, ())]
+    return ", ".join(codes + ([COMMAND_EXIT_NOTES[path]] if path in COMMAND_EXIT_NOTES else []))
 
 
 def commands(group: click.Group, ctx: click.Context) -> list[tuple[click.Context, click.Command]]:
@@ -74,6 +89,9 @@ def section(ctx: click.Context, command: click.Command) -> str:
         rows.append(f"| `{table_cell(record[0])}` | {table_cell(record[1])} |")
     if rows:
         parts.append("| option | what |\n| --- | --- |\n" + "\n".join(rows))
+    command_key = path.removeprefix("autotune").strip()
+    if command_key in COMMAND_EXITS:
+        parts.append(f"Exit status ([the table](#exit-status)): {exit_list(command_key)}.")
     if isinstance(command, click.Group):
         listed = [f"- [`{path} {name}`](#{_anchor(f'{path} {name}')}): {sub.get_short_help_str(limit=120)}"
                   for name, sub in command.commands.items()]
@@ -87,7 +105,8 @@ def _anchor(heading: str) -> str:
 
 def reference() -> str:
     root = click.Context(main, info_name="autotune")
-    return HEADER + "\n" + "\n\n".join(section(ctx, command) for ctx, command in commands(main, root)) + "\n"
+    sections = [section(ctx, command) for ctx, command in commands(main, root)]
+    return HEADER + "\n" + "\n\n".join([*sections, exit_table()]) + "\n"
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ input_ids of shape (batch, seq). Without it, dimension 0 of every tensor input.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -191,6 +192,67 @@ def _same_file(origin: str | None, path: Path) -> bool:
         return False
 
 
+def check_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> None:
+    """The checks a model file passes without being imported (so without torch), in milliseconds:
+    it exists, is Python that compiles, and may bind ``entry`` at its top level. Each failure is
+    the ModelFileError line ``load_model_file`` would raise, before a sweep starts anything."""
+    path = Path(path)
+    if not entry.isidentifier() or keyword.iskeyword(entry):
+        raise ModelFileError(f"--entry {entry!r} is not a Python function name; pass the name of the function "
+                             "in the model file that returns (module, example_inputs), e.g. --entry example")
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such file; pass the path of a Python file that defines {entry}()")
+    if path.suffix != ".py":
+        raise ModelFileError(f"{path}: not a Python file; pass a .py file that defines {entry}()")
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot be read ({exc.strerror}); make it readable") from exc
+    except (SyntaxError, ValueError) as exc:  # ValueError: a null byte
+        where = f"{path}:{exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else str(path)
+        problem = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        raise ModelFileError(f"{where}: syntax error ({problem}); fix the file so that `python {path}` runs") from exc
+    if not any(_may_bind(node, entry) for node in tree.body):
+        raise ModelFileError(_no_entry(path, entry))
+
+
+def _no_entry(path: Path, entry: str) -> str:
+    return (f"{path}: defines no function {entry}(); add `def {entry}(batch_size=None): "
+            f"return module, (inputs,)` or pass --entry NAME")
+
+
+def _may_bind(node: ast.stmt, name: str) -> bool:
+    """Whether a module-level statement may bind ``name``: a star import or a compound
+    statement (if, try, with, a loop, match) is taken to."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name == name
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any(a.name == "*" or (a.asname or a.name).split(".")[0] == name for a in node.names)
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+    if isinstance(node, ast.Expr):  # globals()[...] = / setattr(module, ...) hide behind a call: taken to
+        return any(isinstance(n, ast.Name) and n.id in ("globals", "setattr", "exec") for n in ast.walk(node))
+    return isinstance(node, _COMPOUND)
+
+
+# Statements that may bind a name in a branch; try/except* is Python 3.11's.
+_COMPOUND = (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.For, ast.While, ast.Match)
+
+
+def check_config_pairs(pairs: tuple[str, ...] | list[str]) -> None:
+    """--inductor-config's KEY=VALUE form, checked without torch (its keys are checked against
+    torch's config when the sweep parses them)."""
+    for pair in pairs:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key.strip():
+            raise ModelFileError(_not_a_pair(pair))
+
+
+def _not_a_pair(pair: str) -> str:
+    return f"--inductor-config {pair!r}: expected KEY=VALUE, e.g. max_autotune_gemm_backends=ATEN,TRITON"
+
+
 def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
     """Import the file and find its entry; every failure is one ModelFileError line."""
     path = Path(path)
@@ -215,10 +277,7 @@ def load_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> ModelFile:
         ) from exc
     factory = getattr(module, entry, None)
     if factory is None or not callable(factory):
-        raise ModelFileError(
-            f"{path}: defines no function {entry}(); add `def {entry}(batch_size=None): "
-            f"return module, (inputs,)` or pass --entry NAME"
-        )
+        raise ModelFileError(_no_entry(path, entry))
     try:
         inspect.signature(factory)
     except (TypeError, ValueError):
@@ -256,7 +315,7 @@ def parse_config_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ModelFileError(f"--inductor-config {pair!r}: expected KEY=VALUE, e.g. max_autotune_gemm_backends=ATEN,TRITON")
+            raise ModelFileError(_not_a_pair(pair))
         if key not in known:
             raise ModelFileError(f"--inductor-config {key}: not an option of torch._inductor.config")
         overrides[key] = _coerce(raw.strip(), known[key], key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import env_without
+from rich.console import Console
 
 from autotune.cli import main
 
@@ -21,14 +23,19 @@ MODELS = Path(__file__).parent / "models"
 
 @pytest.mark.parametrize(
     ("model", "needle"),
-    [("missing.py", "no such file"), ("broken_import.py", "failed to import"),
-     ("no_entry.py", "defines no function example()"), ("wrong_return.py", "must return (module")],
+    [("missing.py", "no such file"), ("broken_import.py", "defines no function example()"),
+     ("raises_at_import.py", "failed to import"), ("no_entry.py", "defines no function example()"),
+     ("wrong_return.py", "must return (module")],
 )
-def test_bad_model_file_is_one_line_and_exit_2(model: str, needle: str, sqlite_url: str) -> None:
+def test_bad_model_file_is_one_line_and_exit_2(model: str, needle: str, sqlite_url: str, tmp_path: Path) -> None:
     import ray
 
+    path = MODELS / model
+    if model == "raises_at_import.py":  # defines example(), so that only importing it can tell
+        path = tmp_path / model
+        path.write_text((MODELS / "broken_import.py").read_text() + "\ndef example():\n    pass\n")
     ray_was_up = ray.is_initialized()
-    result = CliRunner().invoke(main, ["sweep", str(MODELS / model), "--cache", sqlite_url, "--device", "cpu"])
+    result = CliRunner().invoke(main, ["sweep", str(path), "--cache", sqlite_url, "--device", "cpu"])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0]
@@ -161,7 +168,7 @@ def test_an_unreachable_cache_fails_before_capture_in_seconds() -> None:
 def test_a_cache_that_refuses_writes_fails_before_capture(readonly_postgres_url: tuple[str, str]) -> None:
     _, reader = readonly_postgres_url
     result = CliRunner().invoke(main, ["sweep", str(MODELS / "tiny_mlp.py"), "--device", "cpu", "--cache", reader])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output  # a refused write, as anywhere (cli.REFUSED_WRITE)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "may not write" in lines[0], result.output
 
@@ -181,3 +188,51 @@ def test_on_miss_error_stops_the_job_with_one_line_naming_the_request(sqlite_url
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error: the cache has no result for packed_linear 8x32"), proc.stderr
     assert "autotune sweep" in lines[0]
+
+
+HOSTILE_OP = "mm\x1b[2J\x1b[31m\x1b]0;pwned\x07\u009b31m\u202e"  # clear screen, colour, window title, CSI, RTL
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_a_hostile_misses_row_is_printed_escaped_by_the_sweep(sqlite_url: str, as_json: bool) -> None:
+    """`sweep --misses --dry-run` plans a logged miss of this machine whose op someone with write
+    access filled with terminal escapes: every table and line shows them escaped, as `cache ls` does."""
+    from factories import make_request
+
+    from autotune.cache import Store
+    from autotune.inductor_glue.env import current_environment
+
+    with Store(sqlite_url) as store:
+        store.record_miss(current_environment("cpu"), make_request(op=HOSTILE_OP, m=3, n=5, k=7), host="h\x1b[5m")
+    args = ["sweep", "--misses", "--dry-run", "--device", "cpu", "--cache", sqlite_url] + (["--json"] if as_json else [])
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "400"})  # the table's rows whole, on one line each
+    assert result.exit_code == 0, result.output
+    for ch in ("\x1b", "\x07", "\u009b", "\u202e"):
+        assert ch not in result.output, repr(result.output)
+    if as_json:  # JSON escapes them itself
+        assert json.loads(result.stdout)["requests"][0]["op"] == HOSTILE_OP
+    else:
+        assert "mm\\x1b[2J\\x1b[31m\\x1b]0;pwned\\x07\\x9b31m\\u202e" in result.stdout
+        assert "1 planned" in result.stdout
+    log = Path(re.findall(r'"log": "(.+)"', result.stdout)[0] if as_json else re.findall(r"^log: (.+)$", result.stdout,
+                                                                                          re.M)[-1])
+    assert "\x1b" not in log.read_text() and "\u009b" not in log.read_text()  # its requests' table too
+
+
+def test_a_sweep_that_finds_no_request_says_why() -> None:
+    """A CPU training step (--train) has nothing Inductor autotunes: the sweep says so and what to change.
+    The report is what a capture that saw no lookup returns (`autotune sweep examples/mlp.py --train --ddp`)."""
+    from autotune.sweep_report import ModelCapture, SweepReport
+    from autotune.sweep_view import no_request_notes, print_summary
+
+    report = SweepReport(sweep_id="s", env=None, device="cpu", dry_run=True, models=[ModelCapture("mlp.py")])
+    trained = no_request_notes(report, train=True, mode="max-autotune")
+    assert len(trained) == 1 and "training step" in trained[0] and "freezing = True" in trained[0]
+    assert "--device cuda" in trained[0]
+    inference = no_request_notes(report, train=False, mode="max-autotune")
+    assert "freezing=True" in inference[0] and "training step" not in inference[0]
+    assert "--mode default does not autotune" in no_request_notes(report, train=False, mode="default")[0]
+    assert "nothing to tune" in no_request_notes(SweepReport("s", None, "cpu"), train=False, mode="max-autotune")[0]
+    console = Console(file=io.StringIO(), width=200)
+    print_summary(report, console, None, trained)
+    assert "requests: 0 found" in console.file.getvalue() and "never frozen" in console.file.getvalue()
