@@ -2,8 +2,9 @@
 PostgreSQL (``AUTOTUNE_FAULTS=full``), every scenario's checks and figures into faults.json/.md.
 
 The scenarios live beside the tests that run them at small N in CI (tests/fault_scenarios.py).
-Needs root (a tmpfs for the disk-full scenarios, pg_ctlcluster for the restart) and the local
-PostgreSQL (``AUTOTUNE_TEST_POSTGRES``). The tests' g++ shim is off: the jobs' compile seconds
+Needs root (a tmpfs for the disk-full scenarios), PostgreSQL's server binaries (the restart
+stops a cluster of its own: tests/private_postgres.py) and the local PostgreSQL
+(``AUTOTUNE_TEST_POSTGRES``), which no scenario stops. The tests' g++ shim is off: the jobs' compile seconds
 are a plain compile's.
 
     python -m benchmarks.faults
