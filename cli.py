@@ -726,7 +726,7 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 @click.option("--passes-per-gpu", type=click.IntRange(min=1), help="End-to-end passes each GPU runs at once, "
               "a whole model each: one compiles while another times its kernels [default: 2].")
 @click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
-@click.option("--force", is_flag=True, help="Retune requests the cache already holds.")
+@click.option("--force", is_flag=True, help="Capture anew (no stored capture replayed) and retune what the cache holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--misses", is_flag=True, help="Also tune every miss the hook logged for this machine.")
 @_signing_key_option("the compiled artifacts of the end-to-end compile")

@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: b
     from autotune.workers.spares import Spares
 
     from .capture_lanes import LaneProcess
+    from .capture_reuse import Record
     from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
     from .queue import SweepQueue
     from .resumed_pass import ResumedPass
@@ -226,8 +227,11 @@ class _Sweep:
     """One sweep's state: models, plan, queue, pool; ``run_sweep`` drives it."""
 
     def __init__(self, options: SweepOptions, settings: Settings, progress: Progress, store: Any,
-                 spares: Spares | None = None) -> None:
+                 spares: Spares | None = None, may_reuse: bool = False) -> None:
+        """``may_reuse``: every model has a stored capture of its source and options
+        (``capture_reuse.may_exist``), so nothing starts before the records are read."""
         self.options, self.settings, self.progress = options, settings, progress
+        self.may_reuse = may_reuse
         self.spares = spares
         self.started = time.perf_counter()
         self.device = _device(settings)
@@ -250,6 +254,9 @@ class _Sweep:
         self.training: set[str] = set()  # model files that are training steps: their requests go out first
         self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
         self.capture_processes: list[LaneProcess] = []  # capture's, started with the sweep (prestart_captures)
+        self.capture_keys: dict[str, str] = {}  # model path -> its capture's record key (capture_reuse)
+        self.records: dict[str, Record] = {}  # model path -> the stored capture this sweep replays
+        self.streamed: dict[str, list[tuple[TuningRequest, Environment | None]]] = {}  # what capture found
 
     def mark(self, milestone: str) -> None:
         self.report.mark(milestone, time.perf_counter() - self.started)
@@ -260,7 +267,7 @@ class _Sweep:
         """Capture's processes, when models are to be captured side by side, started now: their
         imports overlap this process's (the model files, Ray's start) instead of following them."""
         lanes = self._capture_lanes(len(self.options.model_paths))
-        if lanes > 1:
+        if lanes > 1 and not self.may_reuse:  # a model whose capture is replayed needs no process
             from .capture_lanes import prestart
 
             self.capture_processes = prestart(lanes, cuda=self.device == "cuda")
@@ -272,7 +279,8 @@ class _Sweep:
         paths = self.options.model_paths
         build = self._capture_lanes(len(paths)) == 1
         models = [_load(path, self.options, self.local, build) for path in paths]
-        if not self.options.dry_run:
+        self._look_up_captures(models)
+        if not self.options.dry_run and not self._all_replayed(models):  # Ray is needed to tune, if at all
             from autotune.workers.cluster import check_address
             from autotune.workers.pool import require_ray
 
@@ -280,14 +288,15 @@ class _Sweep:
             check_address(self.settings.address)  # a wrong --address fails in seconds, before capture
         return models
 
-    def start_tuning(self) -> None:
+    def start_tuning(self, models: list[ModelFile]) -> None:
         """The queue, and (capturing here) the pool and its feeder, started before capture
-        so that Ray's, the actors' and the children's start-up overlap it."""
+        so that Ray's, the actors' and the children's start-up overlap it. Where every model's
+        capture is replayed, the pool starts only if a request is left to tune (``tune``)."""
         from .queue import SweepQueue
 
         leases = None if self.settings.read_only else self.store.leases(seconds=self.settings.lease_seconds)
         self.queue = SweepQueue(leases, hold_until_closed=self.device != "cuda")
-        if self.local and self.options.model_paths:
+        if self.local and self.options.model_paths and not self._all_replayed(models):
             self.ensure_pool()
 
     def ensure_pool(self) -> None:
@@ -303,6 +312,7 @@ class _Sweep:
         # and its requests tuned first, its pass is not the last to begin.
         models = sorted(models, key=lambda model: not self._kwargs_for(model)["train"])
         self.training = {str(model.path) for model in models if self._kwargs_for(model)["train"]}
+        models = [model for model in models if not self._replay(model)]
         lanes = self._capture_lanes(len(models))
         if lanes > 1:
             models = self._capture_side_by_side(models, lanes)  # those left: their process failed
@@ -317,8 +327,11 @@ class _Sweep:
     def _capture_here(self, model: ModelFile, entry: ModelCapture) -> None:
         """Capture ``model`` in this process (or, without the device here, on a Ray worker)."""
 
+        streamed = self.streamed[entry.path] = []
+
         def found(request: TuningRequest, env: Environment | None) -> None:
             overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+            streamed.append((request, env))
             entry.new += self._found(request, env, overrides, entry.path)
 
         if self.local:
@@ -327,6 +340,7 @@ class _Sweep:
             captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
                                      **self._kwargs_for(model))
             self._store_pad_decisions(captured.pad_decisions)
+            self._keep_capture(entry.path, captured.total_lookups, captured.seconds)
         else:
             captured, pad_env = _remote_capture(str(model.path), self.options, self.settings,
                                                 self._kwargs_for(model), self.store)
@@ -371,6 +385,7 @@ class _Sweep:
                 model, entry = by_path[found.model_path], entries[found.model_path]
                 if found.request is not None:
                     overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+                    self.streamed.setdefault(found.model_path, []).append((found.request, found.env))
                     entry.new += self._found(found.request, found.env, overrides, entry.path)
                 elif found.bad_input is not None:
                     raise ModelFileError(found.bad_input)
@@ -383,7 +398,62 @@ class _Sweep:
     def _captured_elsewhere(self, entry: ModelCapture, result: dict[str, Any]) -> None:
         self._store_pad_decisions(result["pad_decisions"])
         env = Environment.from_json(result["env"]) if result["env"] else None
+        self._keep_capture(entry.path, result["total_lookups"], result["seconds"])
         self._record_capture(entry, env, result["requests"], result["total_lookups"], result["seconds"])
+
+    # ------------------------------------------------------------------ stored captures
+
+    def _look_up_captures(self, models: list[ModelFile]) -> None:
+        """Each model's capture key (capturing here only), and the stored capture under it
+        unless --force asks for a fresh one (autotune/capture_reuse.py)."""
+        if not self.local:
+            return
+        from . import capture_reuse
+
+        for model in models:
+            path = str(model.path)
+            source = capture_reuse.source_digest(path, self.options)
+            key = capture_reuse.record_key(source, capture_reuse.setup_digest(model, self._kwargs_for(model)))
+            self.capture_keys[path] = key
+            record = None if self.options.force else capture_reuse.find(self.store, key)
+            if record is not None:
+                self.records[path] = record
+        self.mark("captures_looked_up")
+
+    def _all_replayed(self, models: list[ModelFile]) -> bool:
+        return bool(models) and all(str(model.path) in self.records for model in models)
+
+    def _replay(self, model: ModelFile) -> bool:
+        """Plan ``model``'s requests from its stored capture, in the order capture found them,
+        as capture would have; False where it has none."""
+        record = self.records.get(str(model.path))
+        if record is None:
+            return False
+        entry = ModelCapture(str(model.path), reused_from=record.at)
+        self.report.models.append(entry)
+        self.progress.stage(f"reusing the capture of {model.path} from {record.at}")
+        overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+        for request, env in record.found:
+            entry.new += self._found(request, env, overrides, entry.path)
+        env = next((env for _, env in record.found if env is not None), None)
+        self._record_capture(entry, env, len(record.found), record.lookups, 0.0)
+        return True
+
+    def _keep_capture(self, path: str, lookups: int, seconds: float) -> None:
+        """Store what capture of ``path`` streamed, for a later sweep to replay; not from a dry
+        run or a read-only sweep (they write nothing), nor a capture elsewhere (no key)."""
+        key = self.capture_keys.get(path)
+        if key is None or self.options.dry_run or self.settings.read_only:
+            return
+        from . import capture_reuse
+
+        found = self.streamed.get(path, [])
+        env = next((env for _, env in found if env is not None), None)
+        if env is None:  # no request: filed with the pass marks (the ISA is probed by now)
+            from autotune.inductor_glue.env import kernel_config_environment
+
+            env = kernel_config_environment(self.device)
+        capture_reuse.save(self.store, env, key, path, capture_reuse.Record.now(found, lookups, seconds))
 
     def _record_capture(self, entry: ModelCapture, env: Environment | None, requests: int, lookups: int,
                         seconds: float) -> None:
@@ -562,10 +632,11 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     progress = progress or Silent()
     progress.stage("starting up: the cache, the model files" + ("" if options.dry_run else ", Ray and its workers"))
     store = _checked_store(options, settings)
-    local_ray = _start_local_ray_soon(options, settings)
+    may_reuse = _may_reuse(options, store)
+    local_ray = not may_reuse and _start_local_ray_soon(options, settings)
     spares = _start_spares(settings) if local_ray else None
     try:
-        sweep = _Sweep(options, settings, progress, store, spares)
+        sweep = _Sweep(options, settings, progress, store, spares, may_reuse)
     except BaseException:
         if local_ray:
             _undo_early_start(None, spares)
@@ -575,7 +646,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         models = sweep.load()
         sweep.mark("models_loaded")
         if not options.dry_run:
-            sweep.start_tuning()
+            sweep.start_tuning(models)
             sweep.resumed = _resume_cut_pass(sweep, models)
             sweep.start_passes(models)
         sweep.capture(models)
@@ -622,6 +693,21 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
+
+
+def _may_reuse(options: SweepOptions, store: Any) -> bool:
+    """Whether every model file has a stored capture of its bytes and these options, found
+    before torch or Ray start: such a sweep starts Ray only if something is left to tune.
+    Not with --force (it captures anew), nor for a file that cannot be read (the load says why)."""
+    if options.force or not options.model_paths:
+        return False
+    from . import capture_reuse
+
+    try:
+        sources = [capture_reuse.source_digest(path, options) for path in options.model_paths]
+    except OSError:
+        return False
+    return capture_reuse.may_exist(store, sources)
 
 
 def _joins_cluster(settings: Settings) -> bool:
@@ -812,13 +898,15 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
     """The end-to-end pass of a sweep that tuned no GEMM: with a signing key always (what is
     missing is published); on a GPU for each model whose last pass did not finish, cut
     after its GEMMs were stored (``pass_marks``)."""
-    from .pointwise import PointwisePass
-
     publishes = _publishes(sweep.local, sweep.settings)
     if not publishes and not _wants_pointwise(sweep.local, sweep.settings, sweep.device):
         return None
     specs = _pointwise_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
-    if not publishes:
+    if publishes:
+        specs = _not_yet_published(sweep, specs)
+        if not specs:
+            return None
+    else:
         from autotune.inductor_glue.env import kernel_config_environment
 
         from . import pass_marks
@@ -830,8 +918,26 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
             return None
         log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",
                  len(specs))
+    from .pointwise import PointwisePass  # imports Inductor's compile stack: only for a pass that runs
+
     return PointwisePass(specs, _local_gpus(sweep.settings, sweep.device),
                          per_gpu=_passes_per_gpu(sweep.settings, sweep.device))
+
+
+def _not_yet_published(sweep: _Sweep, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
+    """The publishing passes still owed where nothing was tuned: all but those of a model whose
+    capture was replayed (its file and setup unchanged) and whose last pass finished, so that
+    its artifacts, compiled with these same winners, are stored already."""
+    replayed = {entry.path for entry in sweep.report.models if entry.reused_from}
+    if not any(spec.model_path in replayed for spec in specs):
+        return specs
+    from autotune.inductor_glue.env import kernel_config_environment
+
+    from . import pass_marks
+
+    owed = pass_marks.unfinished(sweep.store, kernel_config_environment(sweep.device),
+                                 [spec for spec in specs if spec.model_path in replayed])
+    return [spec for spec in specs if spec.model_path not in replayed or spec in owed]
 
 
 def _passes_per_gpu(settings: Settings, device: str) -> int:

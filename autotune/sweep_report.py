@@ -54,10 +54,11 @@ class ModelCapture:
     new: int = 0  # not found by an earlier model of the sweep
     lookups: int = 0
     seconds: float = 0.0
+    reused_from: str | None = None  # when the stored capture this sweep replayed was made (capture_reuse)
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "requests": self.requests, "new": self.new, "lookups": self.lookups,
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "reused_from": self.reused_from}
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from autotune.cache.errors import MalformedRow
 from autotune.cache.models import kernel_configs as K
@@ -81,6 +81,29 @@ class KernelConfigsMixin(EnvironmentsMixin):
                 return None
             query = KERNEL_CONFIGS.select(self.dialect).where(K.c.env_id == env_id, K.c.key == key)
             row = conn.execute(query).one_or_none()
+            return None if row is None else self._kernel_config(row)[1]
+
+        return self._read(work)
+
+    @db_errors
+    def kernel_config_keys(self, prefix: str, limit: int = 100) -> list[str]:
+        """Keys starting with prefix, in any environment (at most ``limit``): a record filed
+        under one environment but found by its key alone (a stored capture, autotune/capture_reuse.py)."""
+
+        def work(conn: Connection) -> list[str]:
+            query = select(K.c.key).where(K.c.key.startswith(prefix, autoescape=True)).limit(limit)
+            return [str(key) for key in conn.execute(query).scalars()]
+
+        return self._read(work)
+
+    @db_errors
+    def find_kernel_config(self, key: str) -> dict[str, Any] | None:
+        """The value stored under ``key`` in any environment (the newest where several hold it),
+        or None; MalformedRow when its row fails validation."""
+
+        def work(conn: Connection) -> dict[str, Any] | None:
+            query = KERNEL_CONFIGS.select(self.dialect).where(K.c.key == key).order_by(K.c.updated_at.desc())
+            row = conn.execute(query.limit(1)).one_or_none()
             return None if row is None else self._kernel_config(row)[1]
 
         return self._read(work)

@@ -1,0 +1,137 @@
+"""A sweep whose model file, options and environment match a finished capture replays it
+(autotune/capture_reuse.py): real Inductor compiles on CPU, a real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune import capture_reuse
+from autotune.cache import Store
+from autotune.cache.records import TuningRequest
+from autotune.inductor_glue.env import kernel_config_environment
+from autotune.inductor_glue.modelfile import load_model_file
+from autotune.settings import Settings
+from autotune.sweep import run_sweep
+from autotune.sweep_report import SweepOptions, SweepReport
+from autotune.sweep_view import summary_lines
+
+TINY = Path(__file__).parent / "models" / "tiny_mlp.py"
+# Nothing listens there: a sweep that needed Ray would fail at its address check.
+NO_RAY = "127.0.0.1:9"
+
+
+def _sweep(url: str, model: Path, address: str | None = None, **options: object) -> SweepReport:
+    settings = Settings.from_env(cache=url, device="cpu", workers=1, address=address)
+    return run_sweep(SweepOptions(str(model), **options), settings)  # type: ignore[arg-type]
+
+
+def _records(url: str) -> dict[str, dict[str, object]]:
+    with Store(url) as store:
+        keys = store.kernel_config_keys(capture_reuse.PREFIX)
+        return {key: store.find_kernel_config(key) or {} for key in keys}
+
+
+def _requests(report: SweepReport) -> list[str]:
+    return [outcome.request.key for outcome in report.outcomes]
+
+
+def test_a_second_sweep_replays_the_capture_tunes_nothing_and_needs_no_ray(sqlite_url: str, tmp_path: Path) -> None:
+    model = tmp_path / "tiny_mlp.py"
+    shutil.copy(TINY, model)
+    first = _sweep(sqlite_url, model)
+    assert (first.found, first.tuned, first.failed) == (2, 2, 0)
+    assert first.models[0].reused_from is None and first.capture_seconds > 0
+    (key, record), = _records(sqlite_url).items()
+    assert [row["request"]["op"] for row in record["requests"]] == ["packed_linear"] * 2  # type: ignore[index]
+
+    again = _sweep(sqlite_url, model, address=NO_RAY)  # Ray is never asked for
+    assert (again.found, again.cached, again.tuned) == (2, 2, 0)
+    assert _requests(again) == _requests(first)  # the same requests, in the same order: the same plan
+    assert again.models[0].reused_from == record["at"] and again.capture_seconds == 0.0
+    assert again.models[0].lookups == first.models[0].lookups
+    assert f"capture reused from {record['at']} (--force captures anew)" in summary_lines(again)
+    assert again.env is not None and first.env is not None and again.env.key == first.env.key
+
+    # Another batch size shapes capture: captured anew (dry runs: nothing is tuned or stored).
+    other_size = _sweep(sqlite_url, model, dry_run=True, batch_sizes=(4,))
+    assert other_size.models[0].reused_from is None and other_size.capture_seconds > 0
+    # --force captures anew.
+    forced = _sweep(sqlite_url, model, dry_run=True, force=True)
+    assert forced.models[0].reused_from is None and forced.capture_seconds > 0
+    # The model file's bytes changed (a comment): captured anew.
+    model.write_text(model.read_text() + "\n# edited\n")
+    edited = _sweep(sqlite_url, model, dry_run=True)
+    assert edited.models[0].reused_from is None and edited.capture_seconds > 0
+    assert list(_records(sqlite_url)) == [key]  # a dry run stores no record
+
+
+def test_a_capture_from_another_torch_is_not_reused(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of a dry-run-shaped sweep, filed under the key that torch 2.99 would compute,
+    is not found by this torch: the sweep captures (in a dry run: plans) anew."""
+    import torch
+
+    options = SweepOptions(str(TINY))
+    model = load_model_file(TINY, "example")
+    kwargs = dict(mode="max-autotune", device="cpu", inductor_config={}, train=False)
+    here = capture_reuse.record_key(capture_reuse.source_digest(str(TINY), options),
+                                    capture_reuse.setup_digest(model, kwargs))
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "__version__", "2.99.0")
+        there = capture_reuse.record_key(capture_reuse.source_digest(str(TINY), options),
+                                         capture_reuse.setup_digest(model, kwargs))
+    assert here != there and here.split("/")[0] == there.split("/")[0]  # the source part does not move
+
+    report = _sweep(sqlite_url, TINY, dry_run=True)
+    assert report.models[0].reused_from is None and report.found == 2
+    # A record of those requests under torch 2.99's key: the next sweep here does not replay it.
+    found = [(outcome.request, report.env) for outcome in report.outcomes]
+    with Store(sqlite_url) as store:
+        capture_reuse.save(store, kernel_config_environment("cpu"), there, str(TINY),
+                           capture_reuse.Record.now(found, 3, 1.0))
+        assert capture_reuse.find(store, there) is not None and capture_reuse.find(store, here) is None
+    again = _sweep(sqlite_url, TINY, dry_run=True)
+    assert again.models[0].reused_from is None and again.capture_seconds > 0
+
+
+def test_the_setup_key_covers_local_modules_and_inductor_env_vars_but_not_cache_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    helper = tmp_path / "tiny_helper.py"
+    helper.write_text("WIDTH = 32\n")
+    model_path = tmp_path / "uses_helper.py"
+    model_path.write_text("import torch\nimport tiny_helper\n\n\ndef example(batch_size=None):\n"
+                          "    return torch.nn.Linear(tiny_helper.WIDTH, 8), (torch.randn(4, tiny_helper.WIDTH),)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kwargs = dict(mode="max-autotune", device="cpu", inductor_config={}, train=False)
+    model = load_model_file(model_path, "example")
+    assert list(capture_reuse.local_modules(model_path)) == ["tiny_helper.py"]
+    before = capture_reuse.setup_digest(model, kwargs)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert capture_reuse.setup_digest(model, kwargs) == before  # moves caches, not kernels
+    monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")
+    assert capture_reuse.setup_digest(model, kwargs) != before
+    monkeypatch.delenv("TORCHINDUCTOR_FREEZING")
+    helper.write_text("WIDTH = 64\n")
+    assert capture_reuse.setup_digest(model, kwargs) != before
+    assert capture_reuse.setup_digest(model, {**kwargs, "mode": "default"}) != before
+
+
+def test_records_are_found_by_key_in_any_environment_and_a_hostile_one_is_captured_anew(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    request = TuningRequest("mm", "8x32@32x16", "fp32", (), {}, ("h1",))
+    env = kernel_config_environment("cpu")
+    key = capture_reuse.record_key("a" * 32, "b" * 32)
+    with Store(store_url) as store:
+        assert not capture_reuse.may_exist(store, ["a" * 32])
+        capture_reuse.save(store, env, key, "m.py", capture_reuse.Record.now([(request, env)], 2, 3.5))
+        assert capture_reuse.may_exist(store, ["a" * 32]) and not capture_reuse.may_exist(store, ["a" * 32, "c" * 32])
+        record = capture_reuse.find(store, key)
+        assert record is not None and record.found == [(request, env)] and record.lookups == 2
+        store.put_kernel_configs(env, {key: {"requests": [{"request": {"op": 3}, "env": 7}], "envs": []}})
+    with Store(store_url) as store, caplog.at_level("WARNING"):
+        assert capture_reuse.find(store, key) is None
+    assert "is not one" in caplog.text and "capturing anew" in caplog.text
