@@ -47,10 +47,12 @@ class PackageSeam:
         self._undo_precompile = seams.CACHING_PRECOMPILE.set_for_every_thread(True)  # the install's thread may be its own
         for patch in _PATCHES:
             patch.push(self)
+        self._quieted = _quiet_precompile_notices()
 
     def remove(self) -> None:
         for patch in reversed(_PATCHES):
             patch.pop()
+        _PRECOMPILE_NOTICES.release(self._quieted)
         self._undo_precompile()
 
     # --- load side -----------------------------------------------------------------
@@ -106,6 +108,47 @@ class PackageSeam:
         if self.refused == 1:
             log.warning("autotune: no Dynamo package for this model (%s); Dynamo traces it, and its FX graph "
                         "and AOTAutograd entries are shared instead", reason.splitlines()[0][:300])
+
+
+class _PrecompileNotices(logging.Filter):
+    """Torch's warnings about what ``caching_precompile`` itself does: one line per guard it
+    drops (an ID_MATCH on each parameter, a MODULE_MATCH on each module the model reads) and
+    one per graph it leaves out of the package (a frozen weight's static address). They are
+    notes on the mode this tier turns on, not on the job, whose output they filled with a warning
+    per parameter. Kept in autotune's log at debug level; torch's other warnings pass."""
+
+    NOTICES = ("is dropped with caching_precompile=True", "Detected a package bypass")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holders = 0  # seams installed: a second warm_start() may install before the first leaves
+
+    def release(self, loggers: list[logging.Logger]) -> None:
+        self.holders -= 1
+        for logger in loggers if self.holders == 0 else ():
+            logger.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and any(notice in record.msg for notice in self.NOTICES):
+            log.debug("torch (caching_precompile): %s", record.getMessage())
+            return False
+        return True
+
+
+_PRECOMPILE_NOTICES = _PrecompileNotices()
+
+
+def _quiet_precompile_notices() -> list[logging.Logger]:
+    """The torch loggers that now filter out caching_precompile's notices (none where this torch
+    lacks them: its warnings then show, nothing else changes)."""
+    quieted = []
+    _PRECOMPILE_NOTICES.holders += 1
+    for seam in (seams.GUARDS_LOG, seams.OUTPUT_GRAPH_LOG):
+        logger = seam.resolve() if seam.problem() is None else None
+        if isinstance(logger, logging.Logger):
+            logger.addFilter(_PRECOMPILE_NOTICES)  # a set: a second seam (a nested install) adds nothing
+            quieted.append(logger)
+    return quieted
 
 
 def _has_guarded_code(entry: Any) -> bool:
