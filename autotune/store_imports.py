@@ -29,6 +29,7 @@ THREAD_NAME = "autotune-imports"  # the import gate never holds a thread named a
 _lock = threading.Lock()  # guards _thread
 _importing = threading.Lock()  # held by the one thread importing the store's modules
 _thread: threading.Thread | None = None
+_imported = False  # the store's modules are imported (or their import failed)
 
 
 def _import_store_modules() -> None:
@@ -36,11 +37,28 @@ def _import_store_modules() -> None:
 
 
 def _import_once() -> None:
+    global _imported
+    if _imported:
+        return
     with _importing:
+        if _imported:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            # The prefetch's thread (a daemon): the interpreter's exit lets its imports end first,
+            # as it joins start()'s thread; imports left running into finalization printed errors
+            # about half-torn-down modules (autotune/exit_wait.py).
+            exit_wait.stop_at_exit(threading.current_thread(), stop=_let_imports_end)
         try:
-            _import_store_modules()  # a second caller finds them imported: a dictionary lookup
+            _import_store_modules()
         except Exception:  # noqa: BLE001 - the store's own import raises it where it is used
             log.debug("the store's imports failed", exc_info=True)
+        _imported = True
+
+
+def _let_imports_end() -> None:
+    """At exit: return once no thread is importing the store's modules (within the exit's wait)."""
+    if _importing.acquire(timeout=exit_wait.EXIT_WAIT_S):
+        _importing.release()
 
 
 def start() -> threading.Thread:
