@@ -927,9 +927,10 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
 def _not_yet_published(sweep: _Sweep, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
     """The publishing passes still owed where nothing was tuned: all but those of a model whose
     capture was replayed (its file and setup unchanged) and whose last pass finished, so that
-    its artifacts, compiled with these same winners, are stored already."""
+    its artifacts, compiled with these same winners, are stored already. On a CPU only, where a
+    pass runs only to publish: a GPU's finished pass may have been one that published nothing."""
     replayed = {entry.path for entry in sweep.report.models if entry.reused_from}
-    if not any(spec.model_path in replayed for spec in specs):
+    if sweep.device != "cpu" or not any(spec.model_path in replayed for spec in specs):
         return specs
     from autotune.inductor_glue.env import kernel_config_environment
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from autotune.sweep import run_sweep
 from autotune.sweep_report import SweepOptions, SweepReport
 from autotune.sweep_view import summary_lines
 
+REPO = Path(__file__).resolve().parent.parent
 TINY = Path(__file__).parent / "models" / "tiny_mlp.py"
 # Nothing listens there: a sweep that needed Ray would fail at its address check.
 NO_RAY = "127.0.0.1:9"
@@ -135,3 +138,21 @@ def test_records_are_found_by_key_in_any_environment_and_a_hostile_one_is_captur
     with Store(store_url) as store, caplog.at_level("WARNING"):
         assert capture_reuse.find(store, key) is None
     assert "is not one" in caplog.text and "capturing anew" in caplog.text
+
+
+def test_a_signed_second_sweep_replays_its_capture_and_skips_the_finished_publishing_pass(
+    signed_tiny_sweep: str, signing_keys: dict[str, Path]
+) -> None:
+    """On a CPU the pass runs only to publish: a second signed sweep of the unchanged model,
+    every GEMM cached and its last pass finished, has nothing to publish and starts no pass."""
+    with Store(signed_tiny_sweep) as store:
+        artifacts = len(store.artifacts(limit=1000))
+    assert artifacts >= 1
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "sweep", str(TINY), "--device", "cpu",
+                           "--cache", signed_tiny_sweep, "--signing-key", str(signing_keys["writer"])],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 cached, 0 tuned" in proc.stdout and "capture reused from" in proc.stdout, proc.stdout
+    assert "end-to-end pass" not in proc.stdout and "published" not in proc.stdout, proc.stdout
+    with Store(signed_tiny_sweep) as store:
+        assert len(store.artifacts(limit=1000)) == artifacts
