@@ -283,6 +283,18 @@ def _variant_key(aten_kwargs: dict[str, Any]) -> str:
 
 _NO_VARIANT = _variant_key({})
 
+def _matmul_precision() -> str:
+    """The float32 matmul precision a request is described with: torch's one setting, or where
+    a script set it per backend (torch 2.15's API, after which torch's one setting raises), the
+    per-backend settings as torch 2.15's selector keys its own timings by them."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        if seams.FP32_PRECISION_KEY.problem() is not None:
+            raise  # a torch whose selector reads the one setting fails here without us too
+        return cast(str, seams.FP32_PRECISION_KEY.resolve()())
+
+
 # torch 2.15 looks timings up under the inputs key followed by how they are benchmarked
 # (create_benchmark_cache_key: "<inputs key>:benchmark_policy=eager"); a request is described,
 # matched and stored under the inputs key alone, as create_inputs_key gives it.
@@ -331,7 +343,7 @@ class Selector(_selector_base()):  # type: ignore[misc]
         observed = ObservedRequest(
             op=name,
             inputs_key=inputs_key,
-            precision=torch.get_float32_matmul_precision(),
+            precision=_matmul_precision(),
             inputs=input_layouts(input_nodes, name),
             params=params,
         )
@@ -357,7 +369,7 @@ class Selector(_selector_base()):  # type: ignore[misc]
             if observed is None and variant == _NO_VARIANT:
                 observed = self._only_variant(op, inputs)
             if observed is None:  # a lowering that bypassed __call__: describe what we can
-                observed = ObservedRequest(op, inputs_key, torch.get_float32_matmul_precision(), (), {})
+                observed = ObservedRequest(op, inputs_key, _matmul_precision(), (), {})
                 self._pending[(*pending_key, ())] = observed
             known = {choice_hash(c) for c in observed.offered}
             observed.offered.extend(c for c in choices if choice_hash(c) not in known)

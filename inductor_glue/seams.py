@@ -250,6 +250,10 @@ _declare(_SA, "AlgorithmSelectorCache.key_of", READ, (GEMM_SERVING, PINNING, SWE
 SELECTOR_GLOBAL = _declare(_SA, "_ALGORITHM_SELECTOR_CACHE", ASSIGN, _SERVE_OR_CAPTURE,
                            "the process-wide selector, replaced by ours while installed")
 _declare(_SA, "create_inputs_key", READ, _SERVE_OR_CAPTURE, "the request's inputs key, as Inductor's")
+FP32_PRECISION_KEY = _declare("torch._inductor.utils", "fp32_matmul_precision_key", READ, _SERVE_OR_CAPTURE,
+                              "a request's matmul precision where a script set it per backend (torch 2.15's "
+                              "API; torch.get_float32_matmul_precision() raises then)", required=False,
+                              checked_on=("2.15",))
 _declare(_SA, "create_benchmark_cache_key", READ, _SERVE_OR_CAPTURE,
          "torch 2.15 looks timings up under the inputs key and a benchmark policy after it, which the "
          "selector takes off (inductor_glue/inductor.py); before 2.15 the key is the inputs key alone",

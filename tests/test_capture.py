@@ -162,3 +162,25 @@ def test_remote_capture_finds_what_a_local_capture_finds_and_files_no_padding_on
     data = remote_capture(Path(TINY).read_text(), Path(TINY).name, {"device": "cpu"})
     assert [TuningRequest.from_json(r).key for r in data["requests"]] == [r.key for r in local.requests]
     assert (data["pad_decisions"], data["pad_env"]) == ({}, None)
+
+
+def test_capture_describes_a_matmul_precision_set_per_backend() -> None:
+    """torch 2.15's API sets the float32 matmul precision per backend, after which
+    torch.get_float32_matmul_precision() raises; its selector keys timings by the per-backend
+    settings, and a capture (and a job) describes its requests by them too."""
+    import torch
+
+    from autotune.inductor_glue import seams
+
+    if seams.FP32_PRECISION_KEY.problem() is not None:
+        pytest.skip("this torch's own selector reads the one precision setting, which raises once it is set "
+                    "per backend (torch 2.15's reads them per backend)")
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        expected = seams.FP32_PRECISION_KEY.resolve()()
+        result = capture_file(TINY)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
+    assert [r.op for r in result.requests] == ["packed_linear", "packed_linear"]
+    assert "tf32" in expected and all(r.precision == expected for r in result.requests)
