@@ -848,7 +848,8 @@ def _torch_build() -> dict[str, Any] | None:
 
     try:
         spec = importlib.util.find_spec("torch")  # finds the package, imports nothing
-        folder = (spec.submodule_search_locations or [None])[0] if spec else None
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        folder = locations[0] if locations else None
         tree = ast.parse(Path(folder, "version.py").read_bytes()) if folder else None
     except (ImportError, OSError, SyntaxError, ValueError):
         return None

@@ -212,7 +212,8 @@ def compile_modes() -> tuple[str, ...]:
     read or has changed shape."""
     try:
         spec = importlib.util.find_spec("torch")  # finds the package, imports nothing
-        folder = (spec.submodule_search_locations or [None])[0] if spec else None
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        folder = locations[0] if locations else None
         if folder is None:
             return COMPILE_MODES
         tree = ast.parse(Path(folder, "_inductor", "__init__.py").read_bytes())
@@ -223,7 +224,7 @@ def compile_modes() -> tuple[str, ...]:
             for inner in ast.walk(node):
                 if isinstance(inner, ast.Dict) and inner.keys and all(
                         isinstance(k, ast.Constant) and isinstance(k.value, str) for k in inner.keys):
-                    modes = tuple(k.value for k in inner.keys if isinstance(k, ast.Constant))
+                    modes = tuple(str(k.value) for k in inner.keys if isinstance(k, ast.Constant))
                     if "max-autotune" in modes:
                         return modes
     return COMPILE_MODES

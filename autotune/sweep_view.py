@@ -312,5 +312,8 @@ def append_requests(report: SweepReport, path: Path) -> None:
             console.print(request_table(report))
             for line in summary_lines(report):
                 console.print(_text(line))
+            # The errors the terminal shows after the summary, in the log too: a failed sweep's log says why.
+            for line in report.malformed_rows + ([report.store_error] if report.store_error else []):
+                console.print(_text(f"Error: {line}"))
     except OSError:
         logging.getLogger(__name__).debug("could not append the requests to %s", path, exc_info=True)

@@ -1079,7 +1079,8 @@ def concurrent_imports(url: str, importers: int, workdir: Path) -> Outcome:
 def sweep_on_full_disk(directory: Path, batch_sizes: str) -> Outcome:
     """A real sweep into a full disk (its leases' heartbeat, every 0.5 s, meets it too)."""
     out = Outcome(f"a real sweep (tests/models/tiny_mlp.py, batch sizes {batch_sizes}) on a full disk",
-                  "one Error line naming the full disk, no traceback; stops at the first refused result; exit 1; "
+                  "one Error line naming the full disk, no traceback; stops at the first refused result; exit 3 "
+                  "(a refused write, cli.REFUSED_WRITE); "
                   "the summary counts stored / not stored / not run; the file intact", True)
     with Store(f"sqlite:///{directory / 'c.db'}") as store:
         fill(store)  # the disk full, the schema kept
@@ -1090,7 +1091,7 @@ def sweep_on_full_disk(directory: Path, batch_sizes: str) -> Outcome:
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     totals = json.loads(done.stdout)["totals"] if done.stdout.strip() else {}
     integrity = _integrity(f"sqlite:///{directory / 'c.db'}")
-    out.require(done.returncode == 1 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:])
+    out.require(done.returncode == 3 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:])
     out.require(bool(errors) and "disk holding the SQLite file is full" in errors[0], f"{errors}")
     out.require(totals.get("failed") == 0 and totals.get("stored") == 0 and totals.get("not_stored", 0) >= 1
                 and totals.get("not_stored", 0) + totals.get("not_run", 0) == totals.get("found"), f"{totals}")

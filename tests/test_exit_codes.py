@@ -226,6 +226,16 @@ def test_a_sweeps_mistakes_are_told_before_anything_starts_and_leave_nothing(
     assert seconds < 30, seconds  # in seconds, not after a capture (the benchmark times it: cli_latency.py)
 
 
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_load_neither_torch_ray_nor_sqlalchemy(flag: str) -> None:
+    """What keeps them within a second (benchmarks/cli_latency.py times them): the CLI's module
+    imports only click, rich and autotune's plain records."""
+    code = ("import sys\nfrom autotune.cli import main\ntry:\n    main([sys.argv[1]])\nexcept SystemExit as done:\n"
+            "    print(done.code, sorted(m for m in ('torch', 'ray', 'sqlalchemy') if m in sys.modules), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.stderr.strip() == "0 []", done.stderr
+
+
 def _has_cuda() -> bool:
     from autotune.cli import _no_cuda_here
 

@@ -124,7 +124,7 @@ def test_read_only_filesystem_is_one_line(tmpfs: Path) -> None:
 @pytest.mark.slow
 def test_sweep_stops_at_the_first_refused_write(tmpfs: Path) -> None:
     """A real sweep into a full disk: one Error line, no traceback, the summary counts
-    stored / not stored / not run, exit 1, and the file stays intact."""
+    stored / not stored / not run, exit 3 (a refused write), and the file stays intact."""
     _passed(faults.sweep_on_full_disk(tmpfs, size("8", "4,8,16")))  # type: ignore[arg-type]
 
 
