@@ -69,3 +69,13 @@ def test_a_write_behind_a_table_lock_fails_in_one_line_after_the_lock_timeout(po
     message = str(raised.value)
     assert "waited more than 1 s for a lock another session holds" in message and "pg_locks" in message
     assert "\n" not in message
+
+
+def test_a_statement_past_the_statement_timeout_is_one_line_and_not_retried(postgres_url: str) -> None:
+    with Store(postgres_url, statement_timeout=0.3) as store:
+        store.upgrade()  # a migration lifts the timeout for itself: it is not cut short
+        with pytest.raises(sa.exc.OperationalError) as raised:
+            store._read(lambda conn: conn.exec_driver_sql("SELECT pg_sleep(3)"))  # noqa: SLF001 - a slow statement
+        assert not store._transient(raised.value)  # noqa: SLF001 - the same statement would time out again
+        message = str(store._translate(raised.value))  # noqa: SLF001 - what a command prints
+    assert "a statement ran longer than 0.3 s" in message and "\n" not in message

@@ -316,12 +316,13 @@ class StoreBase:
 
     def _gave_up_message(self, error: exc.SQLAlchemyError) -> str | None:
         """The server's statement or lock timeout, in words (None for any other error)."""
-        sqlstate = getattr(getattr(error, "orig", None), "sqlstate", None)
+        orig = getattr(error, "orig", None)
+        sqlstate = getattr(orig, "sqlstate", None)
         if sqlstate == _PG_LOCK_TIMEOUT:
             return (f"cache database {self.masked_url}: a statement waited more than {self.lock_timeout:g} s for a "
                     f"lock another session holds ({one_line(error)}); find that session in pg_locks and "
                     "pg_stat_activity, or wait for it to end")
-        if sqlstate == _PG_CANCELED and "statement timeout" in str(error.orig):  # not a cancel by hand
+        if sqlstate == _PG_CANCELED and "statement timeout" in str(orig):  # not a cancel by hand
             return (f"cache database {self.masked_url}: a statement ran longer than {self.statement_timeout:g} s "
                     f"({one_line(error)}); the server is overloaded or stalled: check it, then run again")
         return None
