@@ -87,13 +87,13 @@ CLOSED_PIPE = ExitStatus(
     "reader left is a race, and the code must not depend on it.")
 WORK_FAILED = ExitStatus(
     1, "work failed", "Work was tried and some of it failed; what succeeded is kept: a sweep's requests that "
-    "did not tune (the others are stored), a cache error in the middle of the work, `doctor` finding a "
-    "feature this machine uses off.")
+    "did not tune (the others are stored), an unexpected database error, or a cache lost in the middle of a "
+    "sweep, `doctor` finding a feature this machine uses off.")
 BAD_INPUT = ExitStatus(
-    2, "bad input", "One line names the problem and the fix; nothing was started and nothing is left behind "
-    "(a sweep's mistakes are answered before Ray, torch or the database start: no cache file, no log): a "
-    "wrong option, model file, --mode or --device, a cache URL or database that cannot be used (down, an "
-    "old schema), a key file, an import file, a hostile stored row.")
+    2, "bad input", "One line names the problem and the fix: a wrong option, model file, --mode or --device, a "
+    "cache URL or database that cannot be used (down, an old schema), a key file, an import file, a hostile "
+    "stored row (a listing lists the others). What can be told before any work is: a sweep's mistakes are "
+    "answered before Ray, torch or the database start, and leave no cache file and no log.")
 REFUSED_WRITE = ExitStatus(
     3, "refused write", "The cache refused a write: a read-only role, file or server, a store opened "
     "read-only, a full disk. A sweep tries a write before any work, so it says so first; what was written "
@@ -128,8 +128,9 @@ _REFUSED_WRITE_ERRORS = (CacheWriteRefused, ReadOnlyError)
 
 
 class Failure(click.ClickException):
-    """How every command stops early: `Error: MESSAGE` on one line of stderr, and exit 2 for
-    bad input (the message names the problem and the fix) or 1 for work that failed."""
+    """How every command stops early: `Error: MESSAGE` on one line of stderr, and the exit status
+    of its cause (EXIT_STATUSES): 2 bad input (the message names the problem and the fix), 3 a
+    refused write, 1 work that failed."""
 
     def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
         # The message may quote stored text (a row, a host name): escaped as every printed value is.
