@@ -123,13 +123,31 @@ def _torch_requires() -> list[str]:
 
 
 def triton_pin(requires: list[str]) -> str | None:
-    """The Triton release torch's metadata pins for this platform (``triton==X; markers``), or
-    None: a CPU build pins none."""
+    """The Triton release(s) torch's metadata asks for on this platform, as its specifier
+    (``triton==3.6.0; markers`` gives ``==3.6.0``, ``triton~=3.9.0`` gives ``~=3.9.0``), or None:
+    a CPU build asks for none."""
     for requirement in requires:
-        match = re.fullmatch(r"\s*triton\s*==\s*([^;\s]+)\s*(?:;(.*))?", requirement)
+        match = re.fullmatch(r"\s*triton\s*((?:==|~=|>=|<=|!=|<|>)[^;]+?)\s*(?:;(.*))?", requirement)
         if match and _marker_holds(match[2]):
-            return match[1]
+            return match[1].replace(" ", "")
     return None
+
+
+def triton_matches(installed: str | None, pin: str | None) -> bool:
+    """Whether the installed Triton is one that torch's pin allows (no pin: any, or none)."""
+    if pin is None:
+        return True
+    if installed is None:
+        return False
+    try:
+        from packaging.specifiers import SpecifierSet
+    except ImportError:  # no packaging here: ==X and ~=X.Y.Z by hand, other forms taken as met
+        if pin.startswith("=="):
+            return installed == pin[2:]
+        if pin.startswith("~="):
+            return installed.startswith(pin[2:].rsplit(".", 1)[0] + ".")
+        return True
+    return SpecifierSet(pin).contains(installed, prereleases=True)
 
 
 def _marker_holds(marker: str | None) -> bool:
@@ -249,7 +267,7 @@ def _check_postgres(conninfo: str) -> tuple[bool, str]:
     from psycopg.conninfo import conninfo_to_dict
 
     timeout_ms = int(CACHE_TIMEOUT_S * 1000)
-    params = conninfo_to_dict(conninfo)
+    params: dict[str, Any] = dict(conninfo_to_dict(conninfo))
     # The URL's own options (a search_path) stay; the timeouts join them.
     params["options"] = f"{params.get('options') or ''} -c statement_timeout={timeout_ms} -c lock_timeout={timeout_ms}"
     params["connect_timeout"] = max(1, int(CACHE_TIMEOUT_S))
@@ -276,9 +294,9 @@ def warnings(report: dict[str, Any]) -> list[str]:
         found.append(f"torch {report['torch']} was not tested with autotune {report['autotune']} (tested: "
                      f"{', '.join(report['tested_torch'])}); the features below say what resolves on it")
     pinned, triton = report["triton_pinned"], report["triton"]
-    if pinned and triton != pinned:
-        found.append(f"triton {triton} is not the triton {pinned} torch {report['torch']} pins: "
-                     f"pip install triton=={pinned}")
+    if not triton_matches(None if triton == "not installed" else triton, pinned):
+        found.append(f"triton {triton} is not the triton{pinned} torch {report['torch']} pins: "
+                     f"pip install 'triton{pinned}'")
     for entry in report["features"]:
         if not entry["on"]:
             missing = ", ".join(item["seam"] for item in entry["missing"])
@@ -296,7 +314,7 @@ def warnings(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any]) -> list[str]:
     """The report as lines of text."""
     tested = "" if report["torch_tested"] else "  (not tested)"
-    pin = f"  (torch pins {report['triton_pinned']})" if report["triton_pinned"] else ""
+    pin = f"  (torch pins triton{report['triton_pinned']})" if report["triton_pinned"] else ""
     lines = [f"torch    {report['torch']}{tested}", f"triton   {report['triton']}{pin}",
              f"Python   {report['python']}", f"device   {report['device']}", f"autotune {report['autotune']}",
              f"extras   {_render_extras(report['extras'])}", f"C++      {_render_compiler(report['compiler'])}"]

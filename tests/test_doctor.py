@@ -22,8 +22,9 @@ from autotune import cli, doctor
 pytestmark = pytest.mark.torch_subset
 
 REPO = Path(__file__).resolve().parents[1]
-# A line of PyPI's torch 2.15.0 wheel's METADATA, as importlib.metadata.requires('torch') gives it.
-TORCH_215_TRITON = 'triton==3.7.0; platform_system == "Linux" and platform_machine == "x86_64"'
+# Lines of PyPI's torch wheels' METADATA, as importlib.metadata.requires('torch') gives them.
+TORCH_211_TRITON = 'triton==3.6.0; platform_system == "Linux"'
+TORCH_215_TRITON = 'triton~=3.9.0; platform_system == "Linux" and python_version < "3.16"'
 
 
 def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
@@ -57,25 +58,35 @@ def test_the_torch_here_is_a_tested_release_and_gets_no_warning_for_it() -> None
 
 
 def test_triton_pin_reads_torchs_requirement_for_this_platform() -> None:
-    assert doctor.triton_pin(["numpy", "triton==3.7.0"]) == "3.7.0"
-    linux_x86 = sys.platform == "linux" and __import__("platform").machine() == "x86_64"
-    assert doctor.triton_pin(["sympy>=1.13", TORCH_215_TRITON]) == ("3.7.0" if linux_x86 else None)
+    linux = sys.platform == "linux"
+    assert doctor.triton_pin(["numpy", "triton==3.7.0"]) == "==3.7.0"
+    assert doctor.triton_pin(["sympy>=1.13", TORCH_211_TRITON]) == ("==3.6.0" if linux else None)
+    assert doctor.triton_pin(["sympy>=1.13", TORCH_215_TRITON]) == ("~=3.9.0" if linux else None)
     assert doctor.triton_pin(['triton==3.7.0; platform_system == "Windows"']) is None
     assert doctor.triton_pin(["sympy>=1.13", 'nvidia-nccl-cu13==2.28; platform_system == "Linux"']) is None
+
+
+def test_triton_matches_follows_the_pins_specifier() -> None:
+    assert doctor.triton_matches("3.6.0", "==3.6.0") and not doctor.triton_matches("3.8.0", "==3.6.0")
+    assert doctor.triton_matches("3.9.2", "~=3.9.0") and not doctor.triton_matches("3.8.0", "~=3.9.0")
+    assert not doctor.triton_matches("3.10.0", "~=3.9.0")
+    assert doctor.triton_matches(None, None) and doctor.triton_matches("3.8.0", None)
+    assert not doctor.triton_matches(None, "~=3.9.0")
 
 
 def test_a_triton_other_than_torchs_pin_is_a_warning_with_exit_0(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(doctor, "_torch_requires", lambda: ["triton==0.0.1"])
     code, report = _doctor()
-    assert code == 0 and report["triton_pinned"] == "0.0.1"
+    assert code == 0 and report["triton_pinned"] == "==0.0.1"
     (warning,) = [w for w in report["warnings"] if "pins" in w]
-    assert warning.startswith(f"triton {report['triton']} is not the triton 0.0.1 torch ") and "triton==0.0.1" in warning
+    assert warning.startswith(f"triton {report['triton']} is not the triton==0.0.1 torch ") and "'triton==0.0.1'" in warning
 
 
 def test_the_triton_installed_matches_torchs_pin_here() -> None:
     """The install CI made: pip kept torch's own pin (or the CPU build pins none)."""
     _, report = _doctor()
-    assert report["triton_pinned"] in (None, report["triton"]), report
+    assert doctor.triton_matches(None if report["triton"] == "not installed" else report["triton"],
+                                 report["triton_pinned"]), report
     assert not [w for w in report["warnings"] if "pins" in w]
 
 
@@ -175,3 +186,4 @@ def test_the_license_is_bsd_3_clause_in_the_file_and_the_metadata() -> None:
     assert floor and int(floor[1]) >= 77, "SPDX license expressions need setuptools 77"
     torch_req = next(r for r in project["project"]["dependencies"] if r.startswith("torch"))
     assert torch_req == "torch>=2.11", "a ceiling would make pip replace a newer torch the user has"
+
