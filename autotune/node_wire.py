@@ -23,7 +23,7 @@ import math
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -110,14 +110,17 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
 
 def _plain(value: Any) -> Any:
     """Free-form JSON data (a config, params, a kernel config) as the store keeps it: tuples as
-    lists, a non-finite float as null (JSON has none)."""
+    lists, a non-finite float as null (JSON has none), any other object as its text (as the
+    environment's fingerprint reads Inductor's config: ``records.digest``)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return str(value)
 
 
 def _typed(data: Any, types: tuple[type, ...], where: str) -> Any:
@@ -223,7 +226,8 @@ def _configs(data: Any, blobs: Blobs) -> dict[str, dict[str, Any]]:
 RESULT = Codec(lambda r, blobs: _plain(r.to_json()), _result)
 OPT_RESULT = Codec(lambda r, blobs: None if r is None else _plain(r.to_json()),
                    lambda data, blobs: None if data is None else _result(data, blobs))
-ENV_CODEC = Codec(lambda env, blobs: _plain(env.to_json()), _env)
+# Not Environment.to_json: its asdict copies the config, and a copied object's text differs.
+ENV_CODEC = Codec(lambda env, blobs: _plain({f.name: getattr(env, f.name) for f in fields(env)}), _env)
 REQUEST = Codec(lambda request, blobs: _plain(request.to_json()), _request)
 ARTIFACT = Codec(_encode_artifact, _artifact)
 CONFIGS = Codec(lambda items, blobs: _plain(dict(items)), _configs)

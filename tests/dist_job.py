@@ -73,6 +73,8 @@ def main() -> None:
                if name in after},
         }
     dist.barrier()  # every rank done before local rank 0, which serves the others, leaves
+    if handle:  # the whole job's, the prefetch's included (it may end inside warm_start())
+        report["database_calls"] = handle.stats.database_calls
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank-{rank}.json").write_text(json.dumps(report))
     dist.destroy_process_group()
