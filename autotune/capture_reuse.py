@@ -8,33 +8,35 @@ compiling: the same requests, so the same plan.
 
 The key has two parts, ``capture:<source>/<setup>``:
 
-- ``source`` (``source_digest``), known before torch is imported: the model file's bytes, the
-  entry, and the sweep options that shape capture (batch sizes, mode, --inductor-config,
-  --train, --dynamic, --ddp/--fsdp). A sweep asks whether any record starts with it before
-  it starts Ray (``may_exist``): a sweep that may reuse its capture starts Ray only if it
-  has something to tune.
-- ``setup`` (``setup_digest``), once the model file is imported: the device it captures on
-  (the GPU's name; the CPU's model, flags and thread count; the C++ compiler), torch's,
-  Triton's, CUDA's, Python's and autotune's versions, the Inductor
-  config the model file sets and the one in force, the environment variables that steer
-  torch.compile, Inductor, Triton and the C++ compiler (``TORCHINDUCTOR_*``, ``TORCHDYNAMO_*``,
+- ``source`` (``source_digest``), known before torch is imported: the model file's bytes and
+  those of every Python file in its folder (or below it) that it imports, directly or through
+  another such file, found from its import statements; the entry; and the sweep options that
+  shape capture (batch sizes, --inductor-config, --train, --dynamic, --ddp/--fsdp). A sweep
+  asks whether any record starts with it before it starts Ray (``may_exist``): a sweep that
+  may reuse its captures starts Ray only if it has something to tune.
+- ``setup`` (``setup_digest``), once the model file is imported: the mode; the device it
+  captures on (the GPU's name; the CPU's model, flags and thread count, and the C++ compiler);
+  torch's, Triton's, CUDA's, Python's and autotune's versions; the Inductor config the model
+  file sets and the one in force; the environment variables that steer torch.compile,
+  Inductor, Triton and the C++ compiler (``TORCHINDUCTOR_*``, ``TORCHDYNAMO_*``,
   ``TORCH_COMPILE_*``, ``TRITON_*``, ``ATEN_CPU_CAPABILITY``, ``CXX``, ``CC``; not those that
-  name a directory or a path, which move caches, not kernels), the effective training flag
-  and every Python module the model file imported from its own folder (or below it), by bytes.
+  name a directory or a path, which move caches, not kernels); the effective training flag.
 
 Not covered: a module the model imports from elsewhere (an installed package other than
-torch and Triton), a local module imported only once ``example()`` runs at a batch size other
-than the first, and autotune's own code between two releases of one version (a checkout
-whose capture code changed). ``--force`` captures anew and replaces the record.
+torch and Triton), one it imports by other means than an import statement (``importlib``),
+and autotune's own code between two checkouts of one version (a checkout whose capture code
+changed). ``--force`` captures anew and replaces the record.
 
 Records are rows of the kernel-config table (JSON objects, one per key, on SQLite and
-PostgreSQL alike), filed under the environment the pass marks use; they are found by key
-across environments, so a team sharing a database shares them. A record that fails
-validation is left alone and the model captured anew.
+PostgreSQL alike, no table of their own), filed under the environment of the capture's first
+request (else the one the pass marks use) and found by key in any environment, so a team
+sharing a database shares them. A record that fails validation is left alone and the model
+captured anew.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import hashlib
 import json
@@ -77,6 +79,7 @@ def source_digest(path: str, options: SweepOptions) -> str:
         "model": _file_digest(Path(path)), "entry": options.entry, "batch_sizes": list(options.batch_sizes),
         "inductor_config": list(options.inductor_config), "train": options.train, "dynamic": options.dynamic,
         "distributed": options.distributed.to_json() if options.distributed is not None else None,
+        "local_modules": local_modules(path),
     }
     return _digest(what)
 
@@ -90,7 +93,6 @@ def setup_digest(model: ModelFile, kwargs: dict[str, Any]) -> str:
         "mode": kwargs["mode"], "device": _device(kwargs["device"]), "train": kwargs["train"],
         "inductor_config": kwargs["inductor_config"], "model_config": model.config_overrides,
         "config": relevant_config(), "versions": _versions(), "env": _env_vars(),
-        "local_modules": local_modules(model.path),
     }
     return _digest(what)
 
@@ -153,29 +155,52 @@ def _env_vars() -> dict[str, str]:
 
 
 def local_modules(model_path: str | Path) -> dict[str, str]:
-    """Every module imported from the model file's folder (or below it), but the model file
-    itself and anything installed there: relative path -> digest of its bytes."""
-    folder = Path(model_path).resolve().parent
+    """Every Python file in the model file's folder (or below it) that the model file imports,
+    directly or through another such file, read from the import statements (not from what this
+    process happens to have imported): relative path -> digest of its bytes."""
     own = Path(model_path).resolve()
-    ours = Path(__file__).resolve().parent.parent
-    # Resolving the path of every imported module (thousands, torch's) is slow: only those that
-    # may lie in the folder by name (as imported or as resolved) are resolved.
-    prefixes = tuple({os.path.abspath(Path(model_path).parent) + os.sep, str(folder) + os.sep})
+    folder = own.parent
     found: dict[str, str] = {}
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__file__", None)
-        if not isinstance(name, str) or not name.endswith(".py") or not os.path.abspath(name).startswith(prefixes):
-            continue
-        path = Path(name).resolve()
-        if path == own or not path.is_relative_to(folder) or path.is_relative_to(ours):
-            continue
-        if "site-packages" in path.parts or "dist-packages" in path.parts:
-            continue
-        try:
-            found[str(path.relative_to(folder))] = _file_digest(path)
-        except OSError:  # removed since: it was imported, so it still shaped the model
-            found[str(path.relative_to(folder))] = "gone"
+    todo = [own]
+    while todo:
+        for path in _imported_files(todo.pop(), folder):
+            name = str(path.relative_to(folder))
+            if path != own and name not in found:
+                found[name] = _file_digest(path)
+                todo.append(path)
     return dict(sorted(found.items()))
+
+
+def _imported_files(path: Path, folder: Path) -> list[Path]:
+    """The files under ``folder`` that ``path``'s import statements may name (a module, and the
+    ``__init__.py`` of each package on the way to it)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    dotted: list[tuple[Path, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            dotted += [(folder, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = folder
+            if node.level:  # relative: from the importing file's package
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+            stem = node.module or ""
+            dotted += [(base, stem)] if stem else []
+            dotted += [(base, f"{stem}.{alias.name}".lstrip(".")) for alias in node.names if alias.name != "*"]
+    files: list[Path] = []
+    for base, name in dotted:
+        here = base
+        for part in name.split("."):
+            here = here / part
+            for candidate in (here.with_suffix(".py"), here / "__init__.py"):
+                resolved = candidate.resolve() if candidate.is_file() else None
+                if resolved is not None and resolved.is_relative_to(folder):
+                    files.append(resolved)
+    return files
 
 
 @dataclass

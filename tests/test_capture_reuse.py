@@ -72,8 +72,8 @@ def test_a_second_sweep_replays_the_capture_tunes_nothing_and_needs_no_ray(sqlit
 
 
 def test_a_capture_from_another_torch_is_not_reused(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The record of a dry-run-shaped sweep, filed under the key that torch 2.99 would compute,
-    is not found by this torch: the sweep captures (in a dry run: plans) anew."""
+    """A record filed under the key torch 2.99 computes for this model is not found by this
+    torch: the sweep captures anew."""
     import torch
 
     options = SweepOptions(str(TINY))
@@ -87,39 +87,50 @@ def test_a_capture_from_another_torch_is_not_reused(sqlite_url: str, monkeypatch
                                          capture_reuse.setup_digest(model, kwargs))
     assert here != there and here.split("/")[0] == there.split("/")[0]  # the source part does not move
 
-    report = _sweep(sqlite_url, TINY, dry_run=True)
-    assert report.models[0].reused_from is None and report.found == 2
-    # A record of those requests under torch 2.99's key: the next sweep here does not replay it.
-    found = [(outcome.request, report.env) for outcome in report.outcomes]
+    # A record under torch 2.99's key: a sweep here does not replay it, but captures (a dry run: plans).
+    request = TuningRequest("mm", "8x32@32x16", "fp32", (), {}, ("h1",))
     with Store(sqlite_url) as store:
         capture_reuse.save(store, kernel_config_environment("cpu"), there, str(TINY),
-                           capture_reuse.Record.now(found, 3, 1.0))
+                           capture_reuse.Record.now([(request, None)], 1, 1.0))
         assert capture_reuse.find(store, there) is not None and capture_reuse.find(store, here) is None
-    again = _sweep(sqlite_url, TINY, dry_run=True)
-    assert again.models[0].reused_from is None and again.capture_seconds > 0
+    report = _sweep(sqlite_url, TINY, dry_run=True)
+    assert report.models[0].reused_from is None and report.capture_seconds > 0 and report.found == 2
+    assert request.key not in _requests(report)
 
 
-def test_the_setup_key_covers_local_modules_and_inductor_env_vars_but_not_cache_dirs(
+def test_the_key_covers_local_modules_and_inductor_env_vars_but_not_cache_dirs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    (tmp_path / "layers").mkdir()
+    (tmp_path / "layers" / "__init__.py").write_text("")
+    (tmp_path / "layers" / "sizes.py").write_text("WIDTH = 32\n")
     helper = tmp_path / "tiny_helper.py"
-    helper.write_text("WIDTH = 32\n")
+    helper.write_text("from layers.sizes import WIDTH\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
     model_path = tmp_path / "uses_helper.py"
-    model_path.write_text("import torch\nimport tiny_helper\n\n\ndef example(batch_size=None):\n"
-                          "    return torch.nn.Linear(tiny_helper.WIDTH, 8), (torch.randn(4, tiny_helper.WIDTH),)\n")
+    model_path.write_text("import torch\nfrom tiny_helper import WIDTH\n\n\ndef example(batch_size=None):\n"
+                          "    return torch.nn.Linear(WIDTH, 8), (torch.randn(4, WIDTH),)\n")
+    assert list(capture_reuse.local_modules(model_path)) == ["layers/__init__.py", "layers/sizes.py", "tiny_helper.py"]
+    options = SweepOptions(str(model_path))
+    source = capture_reuse.source_digest(str(model_path), options)
+    (tmp_path / "unrelated.py").write_text("X = 2\n")
+    assert capture_reuse.source_digest(str(model_path), options) == source
+    (tmp_path / "layers" / "sizes.py").write_text("WIDTH = 64\n")  # imported through tiny_helper
+    assert capture_reuse.source_digest(str(model_path), options) != source
+    assert capture_reuse.source_digest(str(model_path), SweepOptions(str(model_path), train=True)) != \
+        capture_reuse.source_digest(str(model_path), options)
+
     monkeypatch.syspath_prepend(str(tmp_path))
     kwargs = dict(mode="max-autotune", device="cpu", inductor_config={}, train=False)
     model = load_model_file(model_path, "example")
-    assert list(capture_reuse.local_modules(model_path)) == ["tiny_helper.py"]
     before = capture_reuse.setup_digest(model, kwargs)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
     assert capture_reuse.setup_digest(model, kwargs) == before  # moves caches, not kernels
     monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")
     assert capture_reuse.setup_digest(model, kwargs) != before
     monkeypatch.delenv("TORCHINDUCTOR_FREEZING")
-    helper.write_text("WIDTH = 64\n")
-    assert capture_reuse.setup_digest(model, kwargs) != before
     assert capture_reuse.setup_digest(model, {**kwargs, "mode": "default"}) != before
+    assert capture_reuse.setup_digest(model, {**kwargs, "inductor_config": {"freezing": True}}) != before
 
 
 def test_records_are_found_by_key_in_any_environment_and_a_hostile_one_is_captured_anew(
