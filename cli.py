@@ -1052,11 +1052,11 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
         autotune doctor --cache postgresql://job@db/kernels
         autotune doctor --json | jq '.features[] | select(.on | not)'
     """
-    from autotune.doctor import diagnose, exit_code, render
+    from autotune.doctor import diagnose, exit_code, leave, render
 
     report = diagnose(_settings(ctx).cache)
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(render(report)))
-    raise SystemExit(exit_code(report))
+    leave(exit_code(report))
 
 
 if __name__ == "__main__":  # python -m autotune.cli, as the `autotune` script
