@@ -99,7 +99,7 @@ def exit_code(report: dict[str, Any]) -> int:
 
 def leave(code: int) -> NoReturn:
     """End the process with ``code``, its output flushed, without the interpreter's teardown:
-    tearing down what the seams' check imported (torch, Dynamo, Inductor) took about a fifth of
+    tearing down what the seams' check imported (torch, Dynamo, Inductor) is a large part of
     doctor's time. Only where the output is the process's own: a caller that captures it (a test's
     runner, a script calling ``cli.main``) gets SystemExit, as from any command."""
     import os
