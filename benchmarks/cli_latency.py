@@ -112,6 +112,7 @@ def measure_case(case: Case, samples: int, timeout: float) -> dict[str, Any]:
             folder = Path(tmp) / "work"
             folder.mkdir()
             args = case.args(folder)
+            shown = " ".join(args).replace(str(folder), "DIR").replace(str(harness.REPO) + "/", "")
             before = set(Path(tmp).rglob("*"))
             env = {**os.environ, "AUTOTUNE_CACHE": str(Path(tmp) / "cache" / "cache.db"),
                    "XDG_CACHE_HOME": str(Path(tmp) / "xdg"), "TMPDIR": tmp}
@@ -132,7 +133,7 @@ def measure_case(case: Case, samples: int, timeout: float) -> dict[str, Any]:
         cpu.append(cpu_s)
         codes.append(code)
         left += new
-    return {"case": case.name, "command": "autotune " + " ".join(case.args(Path("DIR"))).replace(str(harness.REPO) + "/", ""),
+    return {"case": case.name, "command": f"autotune {shown}",
             "samples_s": [round(t, 3) for t in times], "min_s": round(min(times), 3),
             "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3), "goal_s": case.goal_s,
             "cpu_s": [round(c, 3) for c in cpu], "cpu_median_s": round(statistics.median(cpu), 3),
@@ -161,9 +162,20 @@ def render(run: dict[str, Any]) -> list[str]:
                      "-" if left is None else ("nothing" if not left else ", ".join(left))])
     load = (f" Load average (1, 5, 15 min) {run['load_before']} before, {run['load_after']} after."
             if run.get("load_before") else "")
+    carried = [f"{e['case']} ({e.get('date')}, code {e.get('commit')})" for e in run.get("cases", []) if e.get("carried")]
+    load += f" Measured in an earlier run (kept when this one measured other cases): {'; '.join(carried)}." if carried else ""
     return [f"{run.get('samples')} samples per case, whole process (start to exit), after one untimed run; "
             f"seconds of wall time, and the CPU seconds the process itself used (user + system).{load}", ""] + harness.table(
         ["case", "command", "exit", "min", "median", "max", "goal (max within)", "CPU s (median)", "left behind"], rows)
+
+
+def _carried(before: dict[str, Any] | None, measured: set[str]) -> list[dict[str, Any]]:
+    """The cases of the run this one replaces that it did not measure (--cases), kept with the
+    date and code they were measured at: a run of some cases never drops the others'."""
+    before = before or {}
+    return [{**entry, "date": entry.get("date") or before.get("date"),
+             "commit": entry.get("commit") or before.get("commit"), "carried": True}
+            for entry in before.get("cases", []) if entry.get("case") not in measured]
 
 
 def results(out: Path) -> harness.Results:
@@ -184,14 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [c for c in CASES if not words or any(w in c.name.lower() for w in words)]
     harness.log_to_stderr()
     store = results(Path(args.out))
+    earlier = {entry.get("label"): entry for entry in store.data["runs"]}
     run = harness.new_run(store, args.label, "benchmarks.cli_latency", argv)
     run["samples"] = args.samples
     run["load_before"] = [round(x, 1) for x in os.getloadavg()]  # a shared machine's other work slows every case
     run["cases"] = []
     for case in chosen:
         log.info("timing %s", case.name)
-        run["cases"].append(measure_case(case, args.samples, args.timeout))
+        run["cases"].append({**measure_case(case, args.samples, args.timeout), "date": run["date"],
+                             "commit": run["commit"]})
     run["load_after"] = [round(x, 1) for x in os.getloadavg()]
+    run["cases"] += _carried(earlier.get(run["label"]), {case.name for case in chosen})
     store.save()
     print("\n".join(render(run)))
     return 0
