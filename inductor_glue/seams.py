@@ -389,12 +389,12 @@ CPP_COMPILER = _declare("torch._inductor.cpp_builder", "get_cpp_compiler", READ,
 # (autotune/triton_modules.py). A CPU machine may have no Triton: not required.
 TRITON_BUILD = _declare("triton.runtime.build", "_build", PATCH, (ARTIFACTS,),
                         "a native module Triton builds is fetched before the C compiler runs, and published "
-                        "after (the compiler runs without it)", required=False, checked_on=("triton 3.6",))
+                        "after (the compiler runs without it)", required=False, checked_on=("triton 3.6", "triton 3.9"))
 # Triton's key, hashed from its install (its sources and native library), part of every compiled
 # graph's cache key; computed beside the install's imports (inductor_glue/env.py, prewarm_triton_key).
 TRITON_KEY = _declare("triton.runtime.cache", "triton_key", READ, (),
                       "hashed at warm_start, beside the install's imports (the first compile hashes it without it)",
-                      required=False, checked_on=("triton 3.6",))
+                      required=False, checked_on=("triton 3.6", "triton 3.9"))
 # The vector-ISA probes: Inductor builds a small C++ program per ISA into the cache dir, once per
 # process (these caches), seconds of a fresh CPU node's first compile. A publishing pass clears
 # them and probes again inside the artifact tier, so the probes' builds are published too

@@ -44,9 +44,17 @@ def module_name() -> str:
 def _compile(name: str, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, cc: str | None = None) -> Any:
     """Triton's own entry point, with a fresh Triton cache dir (and, given ``cc``, that compiler)."""
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache_dir))
-    if cc is not None:
-        monkeypatch.setenv("CC", cc)
-    return build.compile_module_from_src(SOURCE.replace("NAME", name), name)
+    if cc is None:
+        return build.compile_module_from_src(SOURCE.replace("NAME", name), name)
+    monkeypatch.setenv("CC", cc)
+    # Triton 3.9 looks its compiler up once a process (_find_compiler, cached): forgotten before
+    # and after, so that this call finds ``cc`` and none after the test does.
+    forget = getattr(getattr(build, "_find_compiler", None), "cache_clear", lambda: None)
+    forget()
+    try:
+        return build.compile_module_from_src(SOURCE.replace("NAME", name), name)
+    finally:
+        forget()
 
 
 def _tier(store: Store, trusted: signing.TrustedKeys, signer: signing.Signer | None = None) -> ArtifactTier:
