@@ -22,6 +22,12 @@ README = REPO / "README.md"
 CI_RUN = REPO / ".ci" / "run"
 _MARKED = re.compile(r"<!-- readme-test: (?P<name>[\w-]+)(?: (?P<path>\S+))? -->\n```\w*\n(?P<body>.*?)```", re.S)
 _PIP_PREFIX = re.compile(r"^(?P<pip>(?:python -m )?pip install [^&]*?) && (?P<rest>.*)$")
+# A warning in a job's output: torch's log format (W1207 09:00:20.57 ... ], a rank's prefix
+# before it under torchrun) or Python's warnings (UserWarning: ...).
+_WARNING_LINE = re.compile(r"^(?:\[rank\d+\]:)?W\d{4} |Warning\b", re.M)
+
+# The quickstart's tests share one sweep (the main job's), so they run on one xdist worker.
+pytestmark = pytest.mark.xdist_group("readme")
 
 
 def marked_blocks() -> dict[str, tuple[str | None, str]]:
@@ -36,8 +42,10 @@ def block(name: str) -> str:
 
 
 def commands(text: str) -> list[str]:
-    """The shell commands of a block, one per line; comments and blank lines dropped."""
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    """The shell commands of a block, one per line (a line ending in a backslash goes on in the
+    next); comments and blank lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
 def split_pip(command: str) -> tuple[str, str]:
@@ -104,13 +112,22 @@ def run_shell(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[
     return done
 
 
-def test_the_main_job_and_the_quickstart_run_as_written(scratch_env: dict[str, str]) -> None:
+@pytest.fixture(scope="module")
+def main_job(scratch_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The main job's commands after its install: one sweep of examples/mlp.py into the scratch
+    cache, and `autotune cache ls`."""
+    (main_command,) = commands(block("setup-main"))
+    return run_shell(split_pip(main_command)[1], scratch_env)
+
+
+def test_the_main_job_and_the_quickstart_run_as_written(scratch_env: dict[str, str],
+                                                        main_job: subprocess.CompletedProcess[str]) -> None:
     """One sweep of examples/mlp.py (the main job's, which the quickstart's first step repeats),
     then the quickstart's job with the hook in its code, then the same job under `autotune run`:
     each serves every GEMM from the cache."""
     (main_command,) = commands(block("setup-main"))
     _, main_rest = split_pip(main_command)
-    swept = run_shell(main_rest, scratch_env)
+    swept = main_job
     assert "3 found, 0 cached, 3 tuned, 0 failed" in swept.stdout, swept.stdout[-2000:]
     listed = re.findall(r"^\s*\d+\s+packed_linear ", swept.stdout, re.M)
     assert len(listed) == 3, f"`autotune cache ls` listed {len(listed)} requests, not 3:\n{swept.stdout[-2000:]}"
@@ -123,3 +140,44 @@ def test_the_main_job_and_the_quickstart_run_as_written(scratch_env: dict[str, s
         for command in commands(block(name)):
             done = run_shell(command, scratch_env)
             assert "autotune: hits=3 misses=0" in done.stdout + done.stderr, (name, done.stdout, done.stderr[-2000:])
+
+
+def stats_of(done: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    """The figures of the stats line a job printed (`autotune: hits=3 misses=0 ...`)."""
+    line = re.search(r"^autotune: (hits=.*)$", done.stdout + done.stderr, re.M)
+    assert line, f"no stats line:\n{done.stdout[-1000:]}\n{done.stderr[-2000:]}"
+    return {name: int(value) for name, value in re.findall(r"(\w+)=(\d+)", line[1])}
+
+
+def test_the_artifact_block_runs_as_written_and_says_what_each_node_loads(
+        scratch_env: dict[str, str], main_job: subprocess.CompletedProcess[str],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """After the main job's sweep: a key pair, a signing sweep, then the job on this node (its
+    Inductor cache, which the sweep's compiles filled, serves it: no artifact loaded, as the
+    README says) and on a fresh node (an empty Inductor cache: signed artifacts serve it, at
+    most as many as the sweep published). Neither job's output holds a warning."""
+    root = tmp_path_factory.mktemp("readme-artifacts")
+    env = {**scratch_env, "HOME": str(root / "home"), "TMPDIR": str(root)}  # ~/.autotune is the scratch one
+    claimed = [int(n) for n in re.findall(r"`artifacts_loaded=(\d+)`", block_and_after("artifacts"))]
+    assert len(claimed) == 2 and claimed[0] == 0 < claimed[1], \
+        "the README names artifacts_loaded=0 on the node that swept, then a number above 0 on a fresh node"
+    outputs = [(command, run_shell(command, env)) for command in commands(block("artifacts"))]
+    published = [re.search(r"(\d+) signed artifacts published", done.stdout) for command, done in outputs
+                 if "--signing-key" in command]
+    assert published and published[0], f"the sweep published no artifacts:\n{outputs[1][1].stdout[-2000:]}"
+    jobs = [done for command, done in outputs if "autotune run" in command]
+    assert len(jobs) == 2, "the artifact block runs the job on this node, then on a fresh node"
+    loaded = [stats_of(done) for done in jobs]
+    for stats, done in zip(loaded, jobs):
+        assert (stats["hits"], stats["misses"], stats["benchmarks"], stats["artifacts_rejected"]) == (3, 0, 0, 0), stats
+        assert not _WARNING_LINE.search(done.stderr), f"the job printed warnings:\n{done.stderr[-3000:]}"
+    assert loaded[0]["artifacts_loaded"] == 0, f"on the node that swept: {loaded[0]}"
+    assert 0 < loaded[1]["artifacts_loaded"] <= int(published[0][1]), (loaded[1], published[0][0])
+
+
+def block_and_after(name: str) -> str:
+    """A marked block and the README's paragraph after it, which says what the block prints."""
+    text = README.read_text()
+    start = text.index(f"<!-- readme-test: {name} -->")
+    closing = text.index("```\n", text.index("```", start) + 3)
+    return text[start:text.index("\n\n", closing + len("```\n\n"))]
