@@ -17,6 +17,8 @@ import pytest
 
 from autotune import import_gate
 
+pytestmark = pytest.mark.background_install  # the gate is the opt-in install on a thread's
+
 
 @pytest.fixture()
 def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -12,8 +12,9 @@ import pytest
 
 from autotune import script_pace
 
-pytestmark = pytest.mark.skipif(script_pace.own_cpu_clock() is None,
-                                reason="the platform has no per-thread CPU clock: the pace never waits there")
+pytestmark = [pytest.mark.background_install,  # the pace is the opt-in install on a thread's
+              pytest.mark.skipif(script_pace.own_cpu_clock() is None,
+                                 reason="the platform has no per-thread CPU clock: the pace never waits there")]
 
 
 class Script:
