@@ -4,7 +4,9 @@ Several model files make one sweep: each is captured in turn, and every request
 found goes to one queue as soon as capture finds it (the Ray pool starts during
 capture and tunes while capture goes on), de-duplicated across models. The
 queue leases each request in the cache database, so concurrent sweeps split the
-work (see ``queue.py``).
+work (see ``queue.py``). A model whose capture a sweep stored before, for the same file,
+options and setup, is not captured again: its requests are replayed (``capture_reuse.py``),
+and a sweep that replays every model starts Ray only if a request is left to tune.
 
 It returns a ``SweepReport`` (plain data, sweep_report.py) and reports progress through a small
 callback interface, so the CLI owns all printing.
