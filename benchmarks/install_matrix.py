@@ -12,6 +12,8 @@ makes docs/versions.md's table from the doctor reports.
     python -m benchmarks.install_matrix                       # 2.11.0, 2.13.0, 2.14.1, 2.15.0
     python -m benchmarks.install_matrix --torch 2.14.1 --keep /tmp/m   # one, its venv kept under /tmp/m
 
+Runs for different releases may go at once (each merges its rows into the results file).
+
 PyPI's torch wheels are their CUDA builds, which install and run on a CPU machine; pip's
 constraint file (a cap on torch on some machines) is lifted for these installs.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +79,7 @@ def one(version: str, root: Path, code: Path) -> dict[str, Any]:
 
 
 def render(data: dict[str, Any]) -> str:
+    rows = sorted(data["rows"], key=lambda r: [int(p) for p in re.findall(r"\d+", r["torch_spec"])])
     lines = ["# The wheel beside each torch", "",
              "Made from `install_matrix.json` by `python -m benchmarks.install_matrix` (each row's logs there).", "",
              f"- machine: {data['machine']}; Python {data['python']}",
@@ -87,7 +91,7 @@ def render(data: dict[str, Any]) -> str:
              "| torch asked | torch before the wheel | after | tests | quickstart job | doctor | install s | tests s "
              "| venv MB |",
              "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
-    for row in data["rows"]:
+    for row in rows:
         quick = row.get("quickstart") or {}
         stats = quick.get("stats", "—")
         doctor = row.get("doctor") or {}
@@ -123,15 +127,32 @@ def main(argv: list[str] | None = None) -> int:
             data["rows"].append(row)
             print(f"torch {version}: {'ok' if row.get('ok') else 'FAILED'} ({row.get('prepare_s')} s + {row.get('tests_s')} s)",
                   flush=True)
+            save(data, args.out)
             if args.keep is None:
                 shutil.rmtree(root / f"torch-{version}", ignore_errors=True)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{NAME}.md").write_text(render(data))
     return 0 if all(row.get("ok") for row in data["rows"]) else 1
+
+
+def save(data: dict[str, Any], out: Path) -> None:
+    """Merge this run's rows into ``out``'s results (a row of the same torch replaces the one
+    before), under a lock: runs for other torch releases may write beside this one."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f".{NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = out / f"{NAME}.json"
+        merged = json.loads(path.read_text()) if path.exists() else {**data, "rows": []}
+        if merged.get("commit") != data["commit"]:  # another commit's rows are not this run's
+            merged = {**data, "rows": []}
+        mine = {row["torch_spec"] for row in data["rows"]}
+        merged["rows"] = [row for row in merged["rows"] if row["torch_spec"] not in mine] + data["rows"]
+        merged["date"] = data["date"]
+        path.write_text(json.dumps(merged, indent=1) + "\n")
+        (out / f"{NAME}.md").write_text(render(merged))
 
 
 if __name__ == "__main__":
