@@ -16,16 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_job_warnings import warning_lines
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 CI_RUN = REPO / ".ci" / "run"
 _MARKED = re.compile(r"<!-- readme-test: (?P<name>[\w-]+)(?: (?P<path>\S+))? -->\n```\w*\n(?P<body>.*?)```", re.S)
 _PIP_PREFIX = re.compile(r"^(?P<pip>(?:python -m )?pip install [^&]*?) && (?P<rest>.*)$")
-# A warning in a job's output: torch's log format (W1207 09:00:20.57 ... ], a rank's prefix
-# before it under torchrun) or Python's warnings (UserWarning: ...).
-_WARNING_LINE = re.compile(r"^(?:\[rank\d+\]:)?W\d{4} |Warning\b", re.M)
-
 # The quickstart's tests share one sweep (the main job's), so they run on one xdist worker.
 pytestmark = pytest.mark.xdist_group("readme")
 
@@ -170,7 +167,7 @@ def test_the_artifact_block_runs_as_written_and_says_what_each_node_loads(
     loaded = [stats_of(done) for done in jobs]
     for stats, done in zip(loaded, jobs):
         assert (stats["hits"], stats["misses"], stats["benchmarks"], stats["artifacts_rejected"]) == (3, 0, 0, 0), stats
-        assert not _WARNING_LINE.search(done.stderr), f"the job printed warnings:\n{done.stderr[-3000:]}"
+        assert warning_lines(done.stderr) == [], f"the job printed warnings:\n{done.stderr[-3000:]}"
     assert loaded[0]["artifacts_loaded"] == 0, f"on the node that swept: {loaded[0]}"
     assert 0 < loaded[1]["artifacts_loaded"] <= int(published[0][1]), (loaded[1], published[0][0])
 
