@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import autotune
 from autotune import hook
+
+# The hook's store calls and writes run on these (exit_wait.DaemonWorker), started by the first
+# such call and idle between calls until the uninstall.
+STORE_WORKERS = {"autotune-cache", "autotune-save"}
 
 # A user's script, as it is written: the set-up call at the top, then the model's build, then
 # compile and the first call (a real Inductor compile on this CPU). It reports what the process
@@ -27,11 +32,12 @@ import autotune
 from autotune.inductor_glue import guard_repr
 before = {thread.ident for thread in threading.enumerate()}
 handle = autotune.warm_start(sys.argv[1])
+device = sys.argv[2]
 kind = type(handle).__name__
 patched_while_installed = torch.Tensor.__repr__ is not originals["Tensor.__repr__"]
 at_return = sorted(thread.name for thread in threading.enumerate() if thread.ident not in before)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-out = torch.compile(model)(x := torch.randn(2, 8))
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
+out = torch.compile(model)(x := torch.randn(2, 8, device=device))
 correct = torch.allclose(out, model(x), atol=1e-5)
 prefetch = handle._policy.prefetch
 done = prefetch is not None and prefetch.wait_done(60)
@@ -46,11 +52,15 @@ print(json.dumps({
     "replaced": sorted(name for name in now if now[name] is not originals[name]),
     "repr_gate": guard_repr._needed(), "repr_patched_while_installed": patched_while_installed,
     "errors": handle.stats.errors,
+    "store_calls_pending": handle._policy._pool.pending + handle._policy._writer.pending,
 }))
 """
 
 
-def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU: the GPU job's default start-up (the device tool runs it)"))])
+def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_process(tmp_path: Path,
+                                                                                       device: str) -> None:
     """A fresh process, as a user's script: the hook is installed when warm_start() returns, the
     only thread it started is the prefetch's, and after the first compile no thread of ours is
     alive and Python's import, ``torch.compile`` and ``Tensor.__repr__`` are the originals (the
@@ -58,15 +68,21 @@ def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_p
     inductor_glue/guard_repr.py)."""
     env = {key: value for key, value in os.environ.items() if key != "AUTOTUNE_BACKGROUND_INSTALL"}
     env.update(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), AUTOTUNE_PREFETCH="1")
-    done = subprocess.run([sys.executable, "-c", USER_SCRIPT, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", USER_SCRIPT, f"sqlite:///{tmp_path / 'cache.db'}", device],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     left = json.loads(done.stdout.splitlines()[-1])
     assert left["kind"] == "WarmStart"  # installed on the caller's thread, before warm_start() returned
     assert left["correct"] and left["errors"] == 0
-    assert left["at_return"] in ([], ["autotune-prefetch"])  # the prefetch's thread alone (or done already)
+    # The cache's reads alone (or done already): the prefetch's, and on a GPU the kernel configs'.
+    assert set(left["at_return"]) <= {"autotune-prefetch", "autotune-kernel-configs"}
     assert left["prefetch_done"]
-    assert left["ours_left"] == []
+    # Only the workers the hook's store calls run on, idle, may be left (docs/internals.md, "What the
+    # default start-up leaves behind"): where torch sees a GPU the kernel configs' read starts one;
+    # elsewhere none is.
+    assert set(left["ours_left"]) <= STORE_WORKERS and left["store_calls_pending"] == 0
+    if not torch.cuda.is_available():
+        assert left["ours_left"] == []
     # The hook is still installed: Tensor.__repr__ is patched only where the gate says so.
     assert left["repr_patched_while_installed"] == left["repr_gate"]
     assert left["replaced"] == (["Tensor.__repr__"] if left["repr_gate"] else [])
@@ -74,8 +90,6 @@ def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_p
 
 def test_by_default_the_hook_installs_before_warm_start_returns_on_every_machine(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch
-
     monkeypatch.delenv("AUTOTUNE_BACKGROUND_INSTALL", raising=False)
     monkeypatch.delenv("AUTOTUNE_PREFETCH", raising=False)
     compile_before = torch.compile
@@ -108,5 +122,7 @@ def test_the_default_starts_no_thread_for_the_stores_imports_or_tritons_key(tmp_
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     threads, read = done.stdout.splitlines()[-2:]
-    assert threads == "threads []"
+    # Where torch sees a GPU, the stored kernel configs' read (the cache's, as the prefetch) may still run.
+    assert threads in (("threads []", "threads ['autotune-kernel-configs']") if torch.cuda.is_available()
+                       else ("threads []",))
     assert read == "read True True"
