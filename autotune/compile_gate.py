@@ -1,5 +1,8 @@
 """``torch.compile`` waits while a warm start installs the hook in the background.
 
+Only with the install on a thread (``AUTOTUNE_BACKGROUND_INSTALL=1``, an opt-in): the default
+start-up leaves ``torch.compile`` alone.
+
 ``warm_start()`` returns at once and imports Inductor and installs its seams on a thread, so
 that the script builds its model meanwhile. Nothing may compile before the seams are in place
 (it would tune, unserved): until then ``torch.compile`` is a wrapper that waits for them, and

@@ -1,5 +1,8 @@
 """While the hook installs on a thread, other threads' imports wait for its imports to end.
 
+Only with the install on a thread (``AUTOTUNE_BACKGROUND_INSTALL=1``, an opt-in): the default
+start-up never puts the gate into Python's import.
+
 torch's modules import each other in cycles that work when one thread imports them. Two
 threads importing them at once hand each other partly executed modules: Python breaks a
 cycle of module locks by giving one thread the other's unfinished module, or by raising in it.
