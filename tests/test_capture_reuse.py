@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,17 @@ TINY = Path(__file__).parent / "models" / "tiny_mlp.py"
 NO_RAY = "127.0.0.1:9"
 
 
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray for the sweep that tunes, shut down after this module: a sweep leaves the Ray
+    it started up, and a later module's own ray.init in this process would fail."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
 def _sweep(url: str, model: Path, address: str | None = None, **options: object) -> SweepReport:
     settings = Settings.from_env(cache=url, device="cpu", workers=1, address=address)
     return run_sweep(SweepOptions(str(model), **options), settings)  # type: ignore[arg-type]
@@ -41,7 +53,9 @@ def _requests(report: SweepReport) -> list[str]:
     return [outcome.request.key for outcome in report.outcomes]
 
 
-def test_a_second_sweep_replays_the_capture_tunes_nothing_and_needs_no_ray(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_second_sweep_replays_the_capture_tunes_nothing_and_needs_no_ray(
+    sqlite_url: str, tmp_path: Path, local_ray: None
+) -> None:
     model = tmp_path / "tiny_mlp.py"
     shutil.copy(TINY, model)
     first = _sweep(sqlite_url, model)
