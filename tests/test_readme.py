@@ -150,14 +150,14 @@ def test_the_artifact_block_runs_as_written_and_says_what_each_node_loads(
         scratch_env: dict[str, str], main_job: subprocess.CompletedProcess[str],
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """After the main job's sweep: a key pair, a signing sweep, then the job on this node (its
-    Inductor cache, which the sweep's compiles filled, serves it: no artifact loaded, as the
-    README says) and on a fresh node (an empty Inductor cache: signed artifacts serve it, at
-    most as many as the sweep published). Neither job's output holds a warning."""
+    Inductor cache, which the sweep's compiles filled, serves most of it: fewer artifacts loaded,
+    none with torch 2.13) and on a fresh node (an empty Inductor cache: signed artifacts serve
+    it, at most as many as the sweep published). Neither job's output holds a warning."""
     root = tmp_path_factory.mktemp("readme-artifacts")
     env = {**scratch_env, "HOME": str(root / "home"), "TMPDIR": str(root)}  # ~/.autotune is the scratch one
     claimed = [int(n) for n in re.findall(r"`artifacts_loaded=(\d+)`", block_and_after("artifacts"))]
-    assert len(claimed) == 2 and claimed[0] == 0 < claimed[1], \
-        "the README names artifacts_loaded=0 on the node that swept, then a number above 0 on a fresh node"
+    assert len(claimed) >= 2 and claimed[-1] > max(claimed[:-1]), \
+        "the README names artifacts_loaded on the node that swept (per torch), then a higher one on a fresh node"
     outputs = [(command, run_shell(command, env)) for command in commands(block("artifacts"))]
     published = [re.search(r"(\d+) signed artifacts published", done.stdout) for command, done in outputs
                  if "--signing-key" in command]
@@ -168,8 +168,8 @@ def test_the_artifact_block_runs_as_written_and_says_what_each_node_loads(
     for stats, done in zip(loaded, jobs):
         assert (stats["hits"], stats["misses"], stats["benchmarks"], stats["artifacts_rejected"]) == (3, 0, 0, 0), stats
         assert warning_lines(done.stderr) == [], f"the job printed warnings:\n{done.stderr[-3000:]}"
-    assert loaded[0]["artifacts_loaded"] == 0, f"on the node that swept: {loaded[0]}"
     assert 0 < loaded[1]["artifacts_loaded"] <= int(published[0][1]), (loaded[1], published[0][0])
+    assert loaded[0]["artifacts_loaded"] < loaded[1]["artifacts_loaded"], ("this node, a fresh node", loaded)
 
 
 def block_and_after(name: str) -> str:
