@@ -52,6 +52,9 @@ EXIT_WAIT_S = 10.0
 EXIT_GRACE_S = 3.0
 # The most the exit waits for store workers that keep finishing calls (a long queue of writes).
 DRAIN_CAP_S = 30.0
+# How long a store worker's thread waits for another call before it ends (the next call starts
+# another): a compile's lookups come in bursts, and nothing of ours stays alive between them.
+IDLE_S = 0.5
 
 T = TypeVar("T")
 
@@ -86,7 +89,7 @@ def _register(thread: threading.Thread | None, stop: Callable[[], None] | None, 
         _workers[:] = [held for held in _workers if held.alive()]
         if thread is not None:
             _waiting.append((thread, stop, joined))
-        if worker is not None:
+        if worker is not None and worker not in _workers:  # a worker whose idle thread ended comes back
             _workers.append(worker)
         if _registered:
             return
@@ -142,9 +145,11 @@ def _drain(workers: list[DaemonWorker], began: float) -> None:
 
 
 class DaemonWorker:
-    """Runs the calls given to ``submit`` one at a time, in order, on one daemon thread (started on
-    the first call): ``ThreadPoolExecutor(max_workers=1)``'s part for the hook's store calls, except
-    that the interpreter's exit waits for its calls at most ``stall_s`` (the module's docstring)."""
+    """Runs the calls given to ``submit`` one at a time, in order, on one daemon thread:
+    ``ThreadPoolExecutor(max_workers=1)``'s part for the hook's store calls, except that the
+    interpreter's exit waits for its calls at most ``stall_s`` (the module's docstring), and that
+    the thread ends once it has waited ``IDLE_S`` for a call; the next call starts another. A job
+    keeps no idle thread of ours for its whole life (docs/internals.md)."""
 
     def __init__(self, name: str, stall_s: float) -> None:
         self.name = name
@@ -197,7 +202,14 @@ class DaemonWorker:
 
     def _run(self) -> None:
         while True:
-            item = self._calls.get()
+            try:
+                item = self._calls.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:  # submit() queues under it: no call is left behind an ending thread
+                    if self._calls.empty():
+                        self._thread = None
+                        return
+                continue
             if item is None:
                 return
             future, fn = item

@@ -156,3 +156,40 @@ def test_a_call_stuck_since_long_before_the_exit_is_given_up_at_once(monkeypatch
     exit_wait._finish()
     assert time.monotonic() - began < 0.2 and worker.pending == 1
     never.set()
+
+
+def test_a_store_workers_thread_ends_when_idle_and_the_next_call_starts_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job keeps no idle thread of ours: the worker's thread ends once it waited IDLE_S for a
+    call, the next call runs on a new one, and the exit still waits for that one's calls."""
+    monkeypatch.setattr(exit_wait, "_waiting", [])
+    monkeypatch.setattr(exit_wait, "_workers", [])
+    monkeypatch.setattr(exit_wait, "_registered", True)
+    monkeypatch.setattr(exit_wait, "_exiting", threading.Event())
+    monkeypatch.setattr(exit_wait, "IDLE_S", 0.1)
+    worker = exit_wait.DaemonWorker("autotune-test-cache", stall_s=2.0)
+    first = worker.submit(threading.current_thread).result(timeout=5)
+    assert first.name == "autotune-test-cache"
+    first.join(5)
+    assert not first.is_alive() and not worker.alive() and worker._thread is None
+    gate = threading.Event()
+    held = worker.submit(gate.wait)
+    later = worker.submit(lambda: "second")
+    assert worker._thread is not None and worker._thread is not first and worker.alive()
+    assert exit_wait._workers == [worker]  # registered once, however often its thread came back
+    threading.Timer(0.3, gate.set).start()
+    began = time.monotonic()
+    exit_wait._finish()  # the call in flight is within stall_s: the exit waits for it and the one queued
+    assert 0.2 <= time.monotonic() - began < 2.0
+    assert held.result(timeout=0) is True and later.result(timeout=0) == "second"
+
+
+def test_calls_submitted_as_the_idle_thread_ends_all_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exit_wait, "IDLE_S", 0.001)
+    worker = exit_wait.DaemonWorker("autotune-test-cache", stall_s=2.0)
+    results = []
+    for index in range(200):
+        results.append(worker.submit(lambda index=index: index))
+        time.sleep(0.0005 * (index % 5))
+    assert [future.result(timeout=5) for future in results] == list(range(200))
+    worker.shutdown()
