@@ -27,7 +27,6 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from autotune.cache import artifacts_store
 from autotune.cache import errors as cache_errors
 from autotune.cache.errors import CacheError, MalformedRow
 from autotune.cache.records import (
@@ -212,6 +211,13 @@ def _encode_info(info: ArtifactInfo, blobs: Blobs) -> dict[str, Any]:
 def _info(data: Any, blobs: Blobs) -> ArtifactInfo:
     if not isinstance(data, dict):
         raise ValueError("an artifact's listing entry must be an object")
+    # Imported here, through the store's imports, not with this module: the install builds the
+    # node share, and SQLAlchemy's import (the artifact store's) is the prefetch thread's to make.
+    from autotune import store_imports
+
+    store_imports.join()
+    from autotune.cache import artifacts_store
+
     return artifacts_store.info_from_values({**data, "created_at": _time(data.get("created_at"), "created_at")})
 
 
