@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO, RESULTS, commit, cpu_model, now
+from benchmarks.harness import REPO, RESULTS, cpu_model, now
 
 TORCH = ("2.11.0", "2.13.0", "2.14.1", "2.15.0")
 NAME = "install_matrix"
@@ -107,20 +107,27 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short(rev: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch", nargs="+", default=list(TORCH), help="torch versions (default: %(default)s)")
     parser.add_argument("--keep", type=Path, help="build the venvs here and keep them (default: a temporary folder, deleted)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--commit", default="HEAD",
+                        help="the commit whose files are built and run (default HEAD); runs beside one another name one")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.install_matrix " + " ".join(argv or sys.argv[1:])
     data = {"benchmark": NAME, "machine": f"{cpu_model()}, {os.cpu_count()} cores", "python": sys.version.split()[0],
-            "date": now(), "commit": (commit() or "").removesuffix("+changes"), "command": command.strip(), "rows": []}
+            "date": now(), "commit": _short(args.commit), "command": command.strip(), "rows": []}
     root = args.keep or Path(tempfile.mkdtemp(prefix="autotune-install-matrix-"))
     # The commit's files, not the checkout's: what it names is what is measured.
     code = root / "code"
     code.mkdir(parents=True, exist_ok=True)
-    subprocess.run(f"git archive --format=tar HEAD | tar -xf - -C {code}", shell=True, cwd=REPO, check=True)
+    subprocess.run(f"git archive --format=tar {args.commit} | tar -xf - -C {code}", shell=True, cwd=REPO, check=True)
     try:
         for version in args.torch:
             row = one(version, root, code)
@@ -148,6 +155,7 @@ def save(data: dict[str, Any], out: Path) -> None:
         merged = json.loads(path.read_text()) if path.exists() else {**data, "rows": []}
         if merged.get("commit") != data["commit"]:  # another commit's rows are not this run's
             merged = {**data, "rows": []}
+        merged["command"] = "python -m benchmarks.install_matrix --commit REV --torch VERSION..."
         mine = {row["torch_spec"] for row in data["rows"]}
         merged["rows"] = [row for row in merged["rows"] if row["torch_spec"] not in mine] + data["rows"]
         merged["date"] = data["date"]
