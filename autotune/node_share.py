@@ -14,7 +14,9 @@ the rank that loads it, so what travels between ranks on a node is trusted no mo
 what the database holds.
 
 A rank that cannot reach local rank 0 within the lookup timeout (it died, or the socket
-cannot be made) reads the database itself: the sharing saves requests, it never fails a job.
+cannot be made), or whose connection local rank 0 closed, reads the database itself: the
+sharing saves requests, it never fails a job. Local rank 0's server ends once every other local
+rank has connected and closed its connection (its uninstall or its exit): they are served.
 """
 
 from __future__ import annotations
@@ -163,9 +165,15 @@ class SharedReads:
 
 
 class NodeServer:
-    """Local rank 0's side: answers the node's other ranks from ``SharedReads``."""
+    """Local rank 0's side: answers the node's other ranks from ``SharedReads``.
 
-    def __init__(self, path: Path, reads: SharedReads) -> None:
+    It serves until its ``peers`` (the node's other ranks, ``local_world_size - 1``) have each
+    connected and every connection has closed (a rank's uninstall, or its exit): then they are
+    served, and its threads end (issue 79: no thread of ours outlives what it is for). A rank that
+    installs the hook again later finds no socket and reads the database itself. ``peers=0``
+    serves until ``close()``."""
+
+    def __init__(self, path: Path, reads: SharedReads, peers: int = 0) -> None:
         _require_peer_checks()
         self.path, self.reads = path, reads
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -174,8 +182,26 @@ class NodeServer:
         os.chmod(path, 0o600)
         self._listener.listen(64)
         self._refused = False
+        self._peers = peers
+        self._lock = threading.Lock()
+        self._connected = 0  # connections from ranks of this job, ever
+        self._open: set[socket.socket] = set()  # those not closed yet
+        self._closing = False
+        self._done = threading.Event()  # closed: not listening, no connection left open
         self._thread = threading.Thread(target=self._accept, name="autotune-node-share", daemon=True)
         self._thread.start()
+
+    @property
+    def served(self) -> bool:
+        """Every peer connected and has closed its connection (or ``close()`` was called)."""
+        return self._done.is_set()
+
+    def wait_served(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for ``served``; its threads end with it."""
+        if not self._done.wait(timeout):
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _accept(self) -> None:
         while True:
@@ -183,28 +209,46 @@ class NodeServer:
                 peer, _ = self._listener.accept()
             except OSError:  # closed
                 return
-            threading.Thread(target=self._serve, args=(peer,), name="autotune-node-peer", daemon=True).start()
-
-    def _serve(self, peer: socket.socket) -> None:
-        with peer:
             try:
                 check_peer(peer)
             except OSError as exc:  # PermissionError among them
+                peer.close()
                 self._refuse(exc)
+                continue
+            with self._lock:
+                if self._closing:
+                    peer.close()
+                    return
+                self._connected += 1
+                self._open.add(peer)
+            threading.Thread(target=self._serve, args=(peer,), name="autotune-node-peer", daemon=True).start()
+
+    def _serve(self, peer: socket.socket) -> None:
+        try:
+            self._answer_all(peer)
+        finally:
+            with self._lock:
+                self._open.discard(peer)
+                ended = bool(self._peers) and self._connected >= self._peers and not self._open
+            peer.close()
+            if ended:
+                log.debug("autotune: the node's %d other rank(s) are served; the node share ends", self._peers)
+                self.close()
+
+    def _answer_all(self, peer: socket.socket) -> None:
+        while True:
+            try:
+                message, blobs = wire.receive(peer)
+            except (ConnectionError, OSError, struct.error):
                 return
-            while True:
-                try:
-                    message, blobs = wire.receive(peer)
-                except (ConnectionError, OSError, struct.error):
-                    return
-                except wire.WireError as exc:  # not a call: answered as an error, never acted on
-                    reply, blobs = wire.encode_error(exc), []
-                else:
-                    reply, blobs = self._answer(message, blobs)
-                try:
-                    wire.send(peer, reply, blobs)
-                except OSError:
-                    return
+            except wire.WireError as exc:  # not a call: answered as an error, never acted on
+                reply, blobs = wire.encode_error(exc), []
+            else:
+                reply, blobs = self._answer(message, blobs)
+            try:
+                wire.send(peer, reply, blobs)
+            except OSError:
+                return
 
     def _answer(self, message: Any, blobs: wire.Blobs) -> tuple[dict[str, Any], wire.Blobs]:
         try:
@@ -219,8 +263,21 @@ class NodeServer:
         (log.warning if warn else log.debug)("autotune: refused a connection to the node's cache share: %s", exc)
 
     def close(self) -> None:
+        """Stop listening and end every connection: a rank asking later reads the database itself."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            peers = list(self._open)
+        # shutdown() wakes the threads blocked in accept() and in a peer's receive; close() alone may not.
+        for sock in (self._listener, *peers):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self._listener.close()
         self.path.unlink(missing_ok=True)
+        self._done.set()
 
 
 # ------------------------------------------------------------------ the other ranks
@@ -229,21 +286,37 @@ class NodeServer:
 class NodeClient:
     """Another rank's store: each call is asked of local rank 0, one at a time. Only the calls
     the node share serves exist (``node_wire.METHODS``); what comes back is checked as a
-    database row is."""
+    database row is. Once local rank 0 has closed the connection (its uninstall or its exit),
+    each call goes to ``fallback()`` (the rank's own database), after one log line."""
 
-    def __init__(self, path: Path, timeout: float) -> None:
+    def __init__(self, path: Path, timeout: float, fallback: Callable[[], Any] | None = None) -> None:
         _require_peer_checks()
         self._sock = _connect(path, timeout)
         self._lock = threading.Lock()
+        self._fallback = fallback
+        self._closed = False  # by local rank 0: calls go to the fallback
+        self._shut = False  # by this rank (its uninstall): a call still queued fails, as a closed store's
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         message, blobs = wire.encode_call(method, args, kwargs)
         context = {"row": message["args"].get("request_key") or message["args"].get("key", "?"),
                    "max_bytes": message["args"].get("max_bytes", 0)}
         with self._lock:
-            wire.send(self._sock, message, blobs)
-            reply, blobs = wire.receive(self._sock)
-        return wire.decode_reply(method, reply, blobs, **context)
+            if not self._closed:
+                try:
+                    wire.send(self._sock, message, blobs)
+                    reply, blobs = wire.receive(self._sock)
+                except OSError as exc:  # ConnectionError among them: local rank 0 ended the share
+                    if self._fallback is None or self._shut:
+                        raise
+                    self._closed = True
+                    self._sock.close()
+                    log.info("autotune: local rank 0 closed the node's cache share (%s); this rank reads "
+                             "the cache itself", type(exc).__name__)
+                else:
+                    return wire.decode_reply(method, reply, blobs, **context)
+        assert self._fallback is not None
+        return getattr(self._fallback(), method)(*args, **kwargs)
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method not in wire.METHODS:
@@ -251,6 +324,7 @@ class NodeClient:
         return lambda *args, **kwargs: self.call(method, args, kwargs)
 
     def close(self) -> None:
+        self._shut = True
         self._sock.close()
 
 

@@ -593,13 +593,15 @@ class _NodeShare:
             return
         try:
             if role.serves:
+                # It ends once the node's other ranks are served (node_share.NodeServer).
                 self._server = node_share.NodeServer(role.socket_path,
-                                                     node_share.SharedReads(policy._open_database, role.local_world_size))
+                                                     node_share.SharedReads(policy._open_database, role.local_world_size),
+                                                     peers=role.local_world_size - 1)
             else:  # rank 0 may still be starting: connect while this rank imports and traces
                 self._client = concurrent.futures.Future()
                 # A daemon thread: a rank whose local rank 0 never serves must not wait for it at exit.
-                threading.Thread(target=_connect_into, args=(self._client, role.socket_path), daemon=True,
-                                 name="autotune-node-connect").start()
+                threading.Thread(target=_connect_into, args=(self._client, role.socket_path, policy._open_database),
+                                 daemon=True, name="autotune-node-connect").start()
         except OSError as exc:
             log.warning("autotune: ranks on this node do not share the cache (%s); each reads it", exc)
 
@@ -650,11 +652,11 @@ _NODE_CONNECT_S = 30.0
 _PREFETCH_NODE_WAIT_S = 10.0
 
 
-def _connect_into(future: concurrent.futures.Future[Any], path: Any) -> None:
+def _connect_into(future: concurrent.futures.Future[Any], path: Any, fallback: Callable[[], Any]) -> None:
     from .node_share import NodeClient
 
-    try:
-        future.set_result(NodeClient(path, _NODE_CONNECT_S))
+    try:  # once local rank 0 ends the share, the client reads the database through fallback
+        future.set_result(NodeClient(path, _NODE_CONNECT_S, fallback))
     except Exception as exc:  # noqa: BLE001 - store() reads it and falls back to the database
         future.set_exception(exc)
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import socket
 import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -215,10 +217,10 @@ _STRANGER = textwrap.dedent("""
     sock.connect(sys.argv[1])
     text = json.dumps({"call": "list_results", "args": {"op": None, "device": None, "limit": None,
                                                        "status": None}}).encode()
-    sock.sendall(struct.pack("!II", len(text), 0) + text)
-    try:
+    try:  # local rank 0 may have closed it already, before the call was sent
+        sock.sendall(struct.pack("!II", len(text), 0) + text)
         print("answered" if sock.recv(8) else "closed")
-    except ConnectionResetError:
+    except (BrokenPipeError, ConnectionResetError):
         print("closed")
 """)
 
@@ -282,3 +284,81 @@ def test_local_rank_0_keeps_a_payload_until_every_rank_had_it(tmp_path: Path) ->
     assert len(reads._answers) == 2  # asked by one of the node's two ranks: kept for the other
     assert reads.get_artifact("fx_graph", "a graph") is not None
     assert len(reads._answers) == 1
+
+
+def test_local_rank_0s_server_ends_once_the_nodes_other_ranks_are_served(tmp_path: Path) -> None:
+    """Issue 79: no thread of ours outlives what it is for. Local rank 0 serves until each of the
+    node's other ranks (here two: this process's clients) has connected and closed its connection;
+    then its threads end and its socket is gone."""
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    env = make_env(device_kind="cpu", device_name="a cpu")
+    result = make_result(env=env)
+    with Store(url) as seeded:
+        seeded.put_result(result)
+    store = Store(url)
+    server = NodeServer(_role(tmp_path, 0).socket_path, SharedReads(lambda: store, 3), peers=2)
+    try:
+        first, second = NodeClient(server.path, timeout=5), NodeClient(server.path, timeout=5)
+        assert first.lookup(env, result.request.key) == second.lookup(env, result.request.key) == result
+        first.close()
+        assert not server.wait_served(0.5)  # one rank still asks: a later compile of its may
+        assert server._thread.is_alive() and server.path.exists()
+        assert second.lookup(env, result.request.key) == result
+        second.close()
+        assert server.wait_served(10)
+        assert not server._thread.is_alive() and not server.path.exists()
+        peers = [t for t in threading.enumerate() if t.name == "autotune-node-peer" and t.is_alive()]
+        for thread in peers:  # each ends as its connection closes: at most still returning
+            thread.join(5)
+        assert not [t for t in peers if t.is_alive()]
+        assert store.lookup(env, result.request.key) == result  # local rank 0's own reads go on
+    finally:
+        server.close()
+        store.close()
+
+
+def test_a_rank_whose_share_was_closed_reads_the_database_itself_with_one_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    env = make_env(device_kind="cpu", device_name="a cpu")
+    result = make_result(env=env)
+    with Store(url) as seeded:
+        seeded.put_result(result)
+    store, own = Store(url), Store(url)
+    opened: list[int] = []
+    server = NodeServer(_role(tmp_path, 0).socket_path, SharedReads(lambda: store, 2))
+    client = NodeClient(server.path, timeout=5, fallback=lambda: (opened.append(1), own)[1])
+    caplog.set_level(logging.INFO, logger="autotune")
+    try:
+        assert client.lookup(env, result.request.key) == result and not opened
+        server.close()  # local rank 0 uninstalled, or ended: the connection is closed
+        assert client.lookup(env, result.request.key) == result
+        assert client.lookup(env, "absent") is None
+        assert len(opened) == 2  # both calls read this rank's own database
+        lines = [r.getMessage() for r in caplog.records if "closed the node's cache share" in r.getMessage()]
+        assert len(lines) == 1, lines
+    finally:
+        client.close()
+        store.close()
+        own.close()
+
+
+_BUILD_THE_SHARE = """
+import sys
+from autotune.serve_policy import ServePolicy
+from autotune.settings import Settings
+policy = ServePolicy(Settings(cache=sys.argv[1]))
+print(policy._node._server is not None, "sqlalchemy" in sys.modules)
+policy.close()
+"""
+
+
+def test_building_local_rank_0s_share_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    """The install builds the node share on the caller's thread: SQLAlchemy's import (0.3 s of
+    CPU) is left to the thread that first reads the store (autotune/store_imports.py)."""
+    env = {**os.environ, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
+           "TORCHELASTIC_RUN_ID": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _BUILD_THE_SHARE, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]  # serving, and nothing of SQLAlchemy imported
