@@ -105,11 +105,12 @@ def leave(code: int) -> NoReturn:
     import os
     import sys
 
-    if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
+    out, err = sys.stdout, sys.stderr
+    if out is not sys.__stdout__ or err is not sys.__stderr__:
         raise SystemExit(code)
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
     os._exit(code)
 
 
