@@ -362,3 +362,50 @@ def test_building_local_rank_0s_share_imports_no_sqlalchemy(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]  # serving, and nothing of SQLAlchemy imported
+
+
+# Two ranks of one node as torchrun starts them: sibling processes (this test is their agent),
+# each with the hook's own policy. Local rank 0 reports when its share ends and what is left of it.
+_RANK_0 = """
+import sys, threading, time
+from autotune.serve_policy import ServePolicy
+from autotune.settings import Settings
+policy = ServePolicy(Settings(cache=sys.argv[1]))
+server = policy._node._server
+print("serving", flush=True)
+print("served" if server.wait_served(120) else "not served", flush=True)
+for thread in threading.enumerate():
+    if thread.name == "autotune-node-peer":
+        thread.join(5)
+print(sorted(t.name for t in threading.enumerate() if t.name.startswith("autotune-node")), server.path.exists())
+policy.close()
+"""
+_RANK_1 = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from factories import make_env
+from autotune.serve_policy import ServePolicy
+from autotune.settings import Settings
+policy = ServePolicy(Settings(cache=sys.argv[1]))
+env = make_env(device_kind="cpu", device_name="a cpu")
+print(policy._call(lambda store: (type(store).__name__, store.lookup(env, "absent"))), policy.stats.database_calls)
+policy.close()
+"""
+
+
+def test_local_rank_0_of_a_real_node_share_ends_once_rank_1_uninstalled(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cache.db'}"
+    env = {**os.environ, "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": str(tmp_path)}
+    rank_0 = subprocess.Popen([sys.executable, "-c", _RANK_0, url], env={**env, "LOCAL_RANK": "0"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert rank_0.stdout is not None and rank_0.stdout.readline().strip() == "serving"
+        rank_1 = subprocess.run([sys.executable, "-c", _RANK_1, url, str(Path(__file__).parent)],
+                                env={**env, "LOCAL_RANK": "1"}, capture_output=True, text=True, timeout=120)
+        assert rank_1.returncode == 0, rank_1.stderr[-2000:]
+        assert rank_1.stdout.split("\n")[0] == "('NodeClient', None) 0"  # asked local rank 0, not the database
+        out, err = rank_0.communicate(timeout=120)
+    finally:
+        rank_0.kill()
+    assert rank_0.returncode == 0, err[-2000:]
+    assert out.splitlines() == ["served", "[] False"]  # no thread of the share left, and no socket
