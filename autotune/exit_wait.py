@@ -191,14 +191,17 @@ class DaemonWorker:
         return future
 
     def shutdown(self, wait: bool = False) -> None:
-        """Refuse new calls; those queued still run (``wait`` is accepted for the executor's
-        signature and ignored: nothing waits for a hung database here)."""
+        """Refuse new calls; those queued still run. With ``wait``, return once they ran, as the
+        executor's does (tests; the hook never waits here: its uninstall never waits for a hung
+        database)."""
         with self._lock:
-            if self._shut:
-                return
-            self._shut = True
-            if self._thread is not None:
-                self._calls.put(None)  # after the queued calls: the thread ends once they ran
+            if not self._shut:
+                self._shut = True
+                if self._thread is not None:
+                    self._calls.put(None)  # after the queued calls: the thread ends once they ran
+            thread = self._thread
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def _run(self) -> None:
         while True:

@@ -193,3 +193,12 @@ def test_calls_submitted_as_the_idle_thread_ends_all_run(monkeypatch: pytest.Mon
         time.sleep(0.0005 * (index % 5))
     assert [future.result(timeout=5) for future in results] == list(range(200))
     worker.shutdown()
+
+
+def test_shutdown_with_wait_returns_once_the_queued_calls_ran() -> None:
+    worker = exit_wait.DaemonWorker("autotune-test-save", stall_s=1.0)
+    ran: list[int] = []
+    worker.submit(lambda: (time.sleep(0.2), ran.append(1)))
+    worker.shutdown(wait=False)  # the uninstall's
+    worker.shutdown(wait=True)  # a test's, after it
+    assert ran == [1] and worker.pending == 0 and not worker.alive()
