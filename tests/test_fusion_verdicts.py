@@ -315,12 +315,15 @@ class _Round:
     _try_fusion_pairs = Scheduler._try_fusion_pairs
     _evaluate_pending_template_fusions = Scheduler._evaluate_pending_template_fusions
     fuse_if_speedup = Scheduler.fuse_if_speedup
+    if hasattr(Scheduler, "_apply_fusion_memory_update"):  # torch 2.15: nothing to do without a memory state
+        _apply_fusion_memory_update = Scheduler._apply_fusion_memory_update
 
     def __init__(self, book: Any) -> None:
         self.template = _Multi("pin-a", "pin-b")
         self.nodes = [_leaf("op3"), _leaf("op4"), _leaf("op5", self.template)]
         self.name_to_fused_node = {n.name: n for n in self.nodes}
         self.seen_template_fusions: set[Any] = set()
+        self._fusion_memory_state = None  # torch 2.15's round reads it: None, no memory-aware fusion
         self.benchmarks = 0
         patch = SimpleNamespace(top=book)
         self.speedup_by_fusion = fusion._patched_speedup(type(self)._inductor_benchmark, patch).__get__(self)
@@ -336,7 +339,7 @@ class _Round:
     def get_fused_node(self, node: Any) -> Any:
         return self.name_to_fused_node[node.get_first_name()]
 
-    def can_fuse(self, node1: Any, node2: Any, is_reorder_round: bool = False) -> bool:
+    def can_fuse(self, node1: Any, node2: Any, is_reorder_round: bool = False, can_reorder: bool = False) -> bool:
         return True
 
     def will_fusion_create_cycle(self, node1: Any, node2: Any) -> bool:
