@@ -187,3 +187,19 @@ def test_the_license_is_bsd_3_clause_in_the_file_and_the_metadata() -> None:
     torch_req = next(r for r in project["project"]["dependencies"] if r.startswith("torch"))
     assert torch_req == "torch>=2.11", "a ceiling would make pip replace a newer torch the user has"
 
+
+
+def test_docs_versions_md_is_generated_from_the_install_matrixs_doctor_reports() -> None:
+    script = REPO / "docs" / "gen_versions.py"
+    if not script.exists():
+        pytest.skip("no docs/ beside the tests (a copy of the tests runs against the wheel)")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_versions", script)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = json.loads(module.RESULTS.read_text())
+    assert module.PAGE.read_text() == module.render(results), "docs/versions.md is out of date: python docs/gen_versions.py"
+    tested = {".".join(row["torch_before"].split(".")[:2]) for row in results["rows"] if row.get("ok")}
+    assert set(doctor.TESTED_TORCH) <= tested, "TESTED_TORCH names a release the matrix did not pass"
