@@ -185,7 +185,9 @@ def test_without_ray_a_sweep_says_to_install_the_sweep_extra(tmp_path: Path, sql
 def test_on_miss_error_stops_the_job_with_one_line_naming_the_request(sqlite_url: str, tmp_path: Path) -> None:
     proc = _autotune_run(tmp_path, "--cache", sqlite_url, "--on-miss", "error")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    # torch's CUDA build (PyPI's wheel: CI's torch 2.11 and 2.15) on a host without CUDA logs a line of
+    # its own when the compile imports cpp_extension ("No CUDA runtime is found"); it is not the job's.
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "No CUDA runtime is found" not in line]
     assert len(lines) == 1 and lines[0].startswith("Error: the cache has no result for packed_linear 8x32"), proc.stderr
     assert "autotune sweep" in lines[0]
 
