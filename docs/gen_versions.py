@@ -44,11 +44,12 @@ release, the features it lists say what resolves. Tested (`TESTED_TORCH` in
 
 ## Each release, as `autotune doctor --json` saw it
 
-From {date}, the code of commit {commit}, on {machine}, Python {python}
-(`{command}`): a fresh venv per release, torch installed first, then the wheel `python -m build` made, with `[sweep]`; the
+From {date}, on {machine}, Python {python} (`python -m benchmarks.install_matrix`):
+a fresh venv per release, torch installed first, then the wheel `python -m build` made, with `[sweep]`; the
 venv's torch after the wheel's install; `tests/test_wheel.py` against it (the README's
 quickstart: a sweep of `examples/mlp.py` into a scratch SQLite cache, `cache ls`, then the job);
-and `autotune doctor --json` from that venv. Details: `benchmarks/results/install_matrix.md`.
+and `autotune doctor --json` from that venv. The code measured, each row's logs and times:
+`benchmarks/results/install_matrix.md`.
 
 | torch | where it runs | tested | torch kept | quickstart job | triton (torch pins) | features on | warnings |
 | --- | --- | --- | --- | --- | --- | --- | --- |
@@ -166,8 +167,8 @@ def render(data: dict[str, Any]) -> str:
         for item in (row.get("doctor") or {}).get("optional_seams_absent", []):
             absent.setdefault(item["seam"], []).append(_release(row.get("torch_before") or row["torch_spec"][7:]))
     absent_lines = "\n".join(f"- `{seam}`: not in {', '.join(releases)}" for seam, releases in absent.items()) or "- none"
-    head = HEAD.format(tested=", ".join(TESTED_TORCH), date=data["date"][:10], commit=data["commit"],
-                       machine=data["machine"], python=data["python"], command=data["command"])
+    head = HEAD.format(tested=", ".join(TESTED_TORCH), date=data["date"][:10], machine=data["machine"],
+                       python=data["python"])
     return head + "\n".join(_row(row) for row in rows) + "\n" + TAIL.format(absent=absent_lines)
 
 
