@@ -64,11 +64,13 @@ def _start_beside_imports() -> None:
     store's imports (which take turns with those imports on the GIL: autotune/store_imports.py
     says why they start here all the same) and Triton's key (file reads and hashing, which hold
     the GIL little). The default start-up starts neither."""
-    from . import store_imports
+    from . import exit_wait, store_imports
     from .inductor_glue.env import prewarm_triton_key
 
     store_imports.start()
-    prewarm_triton_key()  # never raises
+    hashing = prewarm_triton_key()  # never raises
+    if hashing is not None:  # a script that ends at once: the hashing ends before the interpreter does
+        exit_wait.finish_before_exit(hashing)
 
 
 def _timed(install: Callable[[], WarmStart]) -> WarmStart:

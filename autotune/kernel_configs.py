@@ -156,7 +156,8 @@ def _stored_config_is(autotuner: Any, config: Any) -> bool:
 
         here = os.path.join(inductor_cache_dir(), os.path.basename(os.path.dirname(filename)),
                             os.path.basename(filename))
-        cache = AutotuneCache.create(getattr(autotuner, "inductor_meta", {}) or {}, here, "")
+        meta: Any = getattr(autotuner, "inductor_meta", {}) or {}  # a TypedDict on newer torch
+        cache = AutotuneCache.create(meta, here, "")
         if cache is None or not cache.local_cache or os.path.realpath(cache.local_cache[1]) in _TUNED_HERE:
             return False  # none stored, or tuned by this process and not finished yet
         with open(cache.local_cache[1]) as handle:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 from autotune.cache import models
 
 log = logging.getLogger(__name__)
+_UPGRADE_LOCK = threading.Lock()  # see upgrade()
 
 VERSION_TABLE = "alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -106,4 +108,8 @@ def upgrade(conn: Connection, migrations_dir: str | None = None, target: str = "
     cfg = alembic_config(migrations_dir)
     cfg.attributes["connection"] = conn
     log.info("migrating cache schema from %s to %s", current_revision(conn), target)
-    command.upgrade(cfg, target)
+    # Alembic's EnvironmentContext installs and removes module-global proxies: two migrations
+    # at once in one process (a job's prefetch thread and its script's thread, each opening a
+    # fresh cache) removed each other's and failed with KeyError.
+    with _UPGRADE_LOCK:
+        command.upgrade(cfg, target)

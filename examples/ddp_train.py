@@ -15,6 +15,7 @@ import autotune
 handle = autotune.warm_start()  # AUTOTUNE_CACHE, else ~/.cache/autotune/cache.db
 
 import os  # noqa: E402  (the hook goes in before anything compiles)
+import sys  # noqa: E402
 
 import mixer  # noqa: E402  (examples/mixer.py, under the name the sweep imported it by)
 import torch  # noqa: E402
@@ -46,11 +47,18 @@ def main() -> None:
         loss.backward()  # DDP all-reduces the gradients across ranks
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        print(f"rank {rank}: step {step} loss {loss.item():.4f}", flush=True)
+        _say(f"rank {rank}: step {step} loss {loss.item():.4f}")
 
     dist.barrier()  # every rank done before local rank 0, which serves the node's others, leaves
-    print(f"rank {rank}: autotune: {handle.stats}", flush=True)
+    _say(f"rank {rank}: autotune: {handle.stats}")
     dist.destroy_process_group()
+
+
+def _say(line: str) -> None:
+    """One line in one write: the ranks share torchrun's stdout, and a line written in two
+    parts (its text, then its newline) ran into the other rank's."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ def test_garbage_where_the_database_should_be(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("source, needle", [
-    ("import no_such_module_here\n", "failed to import"),
+    ("import no_such_module_here\ndef example(batch_size=None):\n    pass\n", "failed to import"),
     ("import torch\ndef example(batch_size=None):\n    return torch.nn.Identity(), ()\n", "no tensor"),
 ])
 def test_bad_model_files(tmp_path: Path, source: str, needle: str) -> None:

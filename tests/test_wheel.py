@@ -40,7 +40,10 @@ def _bin(name: str) -> str:
 
 
 def _venv_python(code: str) -> str:
-    done = subprocess.run([_bin("python"), "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    # From the venv's folder: `python -c` puts its working directory first on sys.path, and the
+    # checkout's egg-info (the main suite's editable install) would answer for the distribution.
+    done = subprocess.run([_bin("python"), "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=_dir())
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
 
