@@ -80,6 +80,7 @@ print(env._cpu_description.cache_info().misses)
 """
 
 
+@pytest.mark.background_install  # the early probes are the opt-in install's
 def test_early_probes_import_nothing_more_and_a_caller_meanwhile_waits_for_their_answer(tmp_path: Path) -> None:
     """The thread imports no module (import_probe_modules has them all), and the compile's
     thread asking meanwhile gets the thread's answer: the ISAs are probed once, not twice."""
@@ -103,5 +104,6 @@ print(env.probe_vec_isa_early())
 """
 
 
+@pytest.mark.background_install  # the early probes are the opt-in install's
 def test_early_probes_that_cannot_import_their_modules_leave_the_probes_to_the_compile(tmp_path: Path) -> None:
     assert _run(NO_SETUPTOOLS, tmp_path / "bare", probe=False) == "None"
