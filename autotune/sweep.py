@@ -32,7 +32,7 @@ from autotune.cache.records import (
     TuningRequest,
     TuningResult,
 )
-from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, parse_config_overrides
+from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, may_bind, parse_config_overrides
 
 from .pass_readiness import ModelReadiness
 from .plan import CACHED, PlanStream
@@ -788,20 +788,7 @@ def _may_define(path: str, entry: str) -> bool:
         tree = ast.parse(Path(path).read_text(), filename=path)
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return False
-    return path.endswith(".py") and any(_may_bind(node, entry) for node in tree.body)
-
-
-def _may_bind(node: ast.stmt, name: str) -> bool:
-    """Whether a module-level statement may bind ``name``: a star import or a compound
-    statement (if, try, with, a loop, match) is taken to."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return node.name == name
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return any(a.name == "*" or (a.asname or a.name).split(".")[0] == name for a in node.names)
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
-    return isinstance(node, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.While, ast.Match))
+    return path.endswith(".py") and any(may_bind(node, entry) for node in tree.body)
 
 
 def _undo_early_start(sweep: _Sweep | None, spares: Spares | None) -> None:

@@ -212,7 +212,7 @@ def check_model_file(path: str | Path, entry: str = DEFAULT_ENTRY) -> None:
         where = f"{path}:{exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else str(path)
         problem = exc.msg if isinstance(exc, SyntaxError) else str(exc)
         raise ModelFileError(f"{where}: syntax error ({problem}); fix the file so that `python {path}` runs") from exc
-    if not any(_may_bind(node, entry) for node in tree.body):
+    if not any(may_bind(node, entry) for node in tree.body):
         raise ModelFileError(_no_entry(path, entry))
 
 
@@ -221,7 +221,7 @@ def _no_entry(path: Path, entry: str) -> str:
             f"return module, (inputs,)` or pass --entry NAME")
 
 
-def _may_bind(node: ast.stmt, name: str) -> bool:
+def may_bind(node: ast.stmt, name: str) -> bool:
     """Whether a module-level statement may bind ``name``: a star import or a compound
     statement (if, try, with, a loop, match) is taken to."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

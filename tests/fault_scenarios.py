@@ -602,22 +602,28 @@ class LatencyProxy:
                 return
 
     def stop(self) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close() alone would not)
-        except OSError:
-            pass
-        self.listener.close()
-        for sock in self._sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
+        _close_all(self.listener, self._sockets)
 
     def __enter__(self) -> LatencyProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _close_all(listener: socket.socket, sockets: list[socket.socket]) -> None:
+    """A proxy's listener and every socket it opened; shutdown() wakes its accept(), which
+    close() alone would not."""
+    try:
+        listener.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    listener.close()
+    for sock in sockets:
+        try:
+            sock.close()
+        except OSError:
+            pass
 
 
 def baseline_jobs(url: str, workdir: Path, lookup_timeout: float = 2.0) -> dict[str, dict[str, Any]]:
@@ -735,16 +741,7 @@ class StallingProxy:
 
     def stop(self) -> None:
         self.ended.set()
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        for sock in self._sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
+        _close_all(self.listener, self._sockets)
 
     def __enter__(self) -> StallingProxy:
         return self

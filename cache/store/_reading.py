@@ -43,6 +43,7 @@ from autotune.cache.validation import (
     Spec,
     check,
     check_fields,
+    check_kernel_config,
     check_request,
     is_int,
     stored_time_ms,
@@ -216,14 +217,9 @@ def miss_from_row(env: Environment, row: Any, dialect: str) -> MissRecord:
 
 
 def kernel_config_from_values(key: Any, value: Any) -> tuple[str, dict[str, Any]]:
-    """A kernel config's key and value: a key is a path under Inductor's cache dir or a
-    verdict's name, so a NUL in it could never name a file."""
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"key is {_short(key)}, not a non-empty string")
-    if "\0" in key:
-        raise ValueError(f"key {_short(key)} holds a NUL byte")
-    if not isinstance(value, dict):
-        raise ValueError(f"value is {_short(value)}, not a JSON object")
+    """A kernel config's key and value, as ``check_kernel_config`` holds them (the node
+    share checks what it receives with the same function)."""
+    check_kernel_config(key, value)
     return key, value
 
 
