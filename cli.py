@@ -56,16 +56,16 @@ from autotune.listing import (
     short_key,
     winner_label,
 )
-from autotune.plan import fmt_ms as _fmt_ms
-from autotune.plan import fmt_speedup as _fmt_speedup
-from autotune.plan import shape_summary
 from autotune.settings import ON_MISS, Settings, SettingsError
-from autotune.sweep_log import LogUnavailable
+from autotune.sweep.log_file import LogUnavailable
+from autotune.sweep.plan import fmt_ms as _fmt_ms
+from autotune.sweep.plan import fmt_speedup as _fmt_speedup
+from autotune.sweep.plan import shape_summary
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:
     from autotune.cache import Store  # SQLAlchemy's import: only where a command opens the cache
-    from autotune.sweep_report import SweepReport
+    from autotune.sweep.report import SweepReport
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -775,7 +775,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
                          passes_per_gpu=passes_per_gpu, request_timeout=request_timeout, signing_key=signing_key, log=log_path)
     _check_sweep_input(models, entry, inductor_config, settings)
     _check_keys(settings)
-    from autotune.sweep_report import SweepOptions
+    from autotune.sweep.report import SweepOptions
 
     options = SweepOptions(models[0] if models else None, entry=entry, more_models=tuple(models[1:]),
                            batch_sizes=_batch_sizes(batch_sizes), dynamic=dynamic,
@@ -783,7 +783,7 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
                            misses=misses, distributed=_distributed(ddp, fsdp, bucket_cap_mb, world_size))
     # A cache that cannot be reached (2) or written (3) stops it before any work: _as_failure's line.
     report, log_file = _run_sweep(options, settings, verbose=verbose, quiet=as_json)
-    from autotune.sweep_view import no_request_notes, print_summary
+    from autotune.sweep.view import no_request_notes, print_summary
 
     notes = no_request_notes(report, train=train, mode=settings.mode)
     if as_json:
@@ -914,8 +914,8 @@ def _run_sweep(options: Any, settings: Settings, *, verbose: bool, quiet: bool) 
     import logging
 
     from autotune.sweep import run_sweep
-    from autotune.sweep_log import SweepLog, log_paths
-    from autotune.sweep_view import SweepProgress, WarningsToConsole, append_requests
+    from autotune.sweep.log_file import SweepLog, log_paths
+    from autotune.sweep.view import SweepProgress, WarningsToConsole, append_requests
 
     autotune_log = logging.getLogger("autotune")
     with SweepLog(log_paths(settings.log, settings.cache)) as sweep_log:
@@ -961,8 +961,8 @@ def run(ctx: click.Context, script: str, args: tuple[str, ...], on_miss: str | N
         AUTOTUNE_CACHE=postgresql://job@db/kernels autotune run --read-only serve.py
         AUTOTUNE_TRUSTED_KEYS=sweeper.pub autotune run train.py   # load signed artifacts
     """
-    from autotune.hook_stats import CacheMissError
-    from autotune.runner import run_script
+    from autotune.job.hook_stats import CacheMissError
+    from autotune.job.run_script import run_script
 
     settings = _settings(ctx, on_miss=on_miss, write_back=write_back, read_only=read_only or None,
                          signing_key=signing_key, trusted_keys=trusted_keys or None)

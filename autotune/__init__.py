@@ -13,19 +13,19 @@ __version__ = "0.1.0"
 __all__ = ["warm_start", "__version__"]
 
 if TYPE_CHECKING:
-    from .hook import WarmStart
+    from .job.hook import WarmStart
 
 
 def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,
                read_only: bool = False, **kwargs: Any) -> WarmStart:
-    """Serve torch.compile's autotune lookups from the cache; see autotune.hook.warm_start.
+    """Serve torch.compile's autotune lookups from the cache; see autotune.job.hook.warm_start.
 
     The hook installs on the caller's thread before this returns, and patches nothing of the
     interpreter's; only the prefetch (the cache's reads and the artifacts' checks) runs on a
     thread, which ends with it. ``AUTOTUNE_BACKGROUND_INSTALL=1`` (off by default, on every
     machine) opts in to the install on a thread instead: it returns at once, and
     ``torch.compile``, Inductor's selector and the script's imports of torch's modules wait for
-    the install (autotune/background.py, autotune/import_gate.py; docs/guide.md says why it is
+    the install (autotune/job/background.py, autotune/job/import_gate.py; docs/guide.md says why it is
     not the default). Bad settings and key files raise here either way."""
     import sysconfig
     from typing import cast
@@ -40,17 +40,17 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
     sysconfig.get_config_vars()
 
     def install() -> WarmStart:
-        from .hook import _install
+        from .job.hook import _install
 
         return _install(settings)  # a bad key file raises KeyFileError before anything is installed
 
     if not (settings.prefetch and settings.background_install):
         return _timed(install)
-    from . import import_gate
+    from .job import import_gate
 
     if not import_gate.install():  # a Python whose imports it cannot hold: install here
         return _timed(install)
-    from .background import PendingWarmStart
+    from .job.background import PendingWarmStart
 
     load_keys(settings)  # the thread would read them too late to raise in the caller
 
@@ -61,11 +61,11 @@ def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: b
 def _start_beside_imports() -> None:
     """With the install on a thread (the opt-in) only: work the hook needs that needs no Inductor,
     on threads of its own, started before Inductor's imports so that it runs beside them: the
-    store's imports (which take turns with those imports on the GIL: autotune/store_imports.py
+    store's imports (which take turns with those imports on the GIL: autotune/job/store_imports.py
     says why they start here all the same) and Triton's key (file reads and hashing, which hold
     the GIL little). The default start-up starts neither."""
-    from . import exit_wait, store_imports
     from .inductor_glue.env import prewarm_triton_key
+    from .job import exit_wait, store_imports
 
     store_imports.start()
     hashing = prewarm_triton_key()  # never raises
@@ -76,7 +76,7 @@ def _start_beside_imports() -> None:
 def _timed(install: Callable[[], WarmStart]) -> WarmStart:
     """The install before ``warm_start()`` returns, its seconds in the handle's stats. It starts
     no thread of its own: the store's modules are imported by the prefetch's thread (or the
-    first lookup), Triton's key by the first compile (autotune/store_imports.py)."""
+    first lookup), Triton's key by the first compile (autotune/job/store_imports.py)."""
     import time
 
     began = time.perf_counter()

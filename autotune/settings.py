@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 ENV_PREFIX = "AUTOTUNE_"
 # What the hook does on a miss: benchmark as max-autotune does, take ATen, raise, or serve
-# the nearest swept shape's kernel (then tune if there is none; autotune/nearest.py).
+# the nearest swept shape's kernel (then tune if there is none; autotune/job/nearest.py).
 ON_MISS = ("tune", "aten", "error", "nearest")
 # torch.compile's modes that every supported torch accepts (torch._inductor.list_mode_options); a
 # mode outside them is taken if the installed torch lists it (``compile_modes``).
@@ -105,7 +105,7 @@ class Settings:
     # Hook: seconds a cache lookup may take before it counts as a failure.
     lookup_timeout: float = 2.0
     # Hook under torchrun: the ranks of a node share one reader of the cache, local rank 0,
-    # so a node's ranks make the database requests of one process (autotune/node_share.py).
+    # so a node's ranks make the database requests of one process (autotune/job/node_share.py).
     node_share: bool = True
     # Hook: on a hit, generate only the stored winner among Triton configs (not every loser).
     pin: bool = True
@@ -135,26 +135,26 @@ class Settings:
     dynamo_package: bool = True
     # Hook: read the cache ahead on a background thread from warm_start() on (the stored winners
     # and the trusted artifacts of this device), so that the first compile finds them in memory
-    # (autotune/prefetch.py).
+    # (autotune/job/prefetch.py).
     prefetch: bool = True
     # Hook, an opt-in (off by default on every machine): warm_start() returns at once and installs
     # the hook on a thread; torch.compile and Inductor's selector wait for it
-    # (autotune/background.py, inductor_glue/selector_hold.py), and so do the script's imports of
-    # torch's modules, which two threads cannot import at once (autotune/import_gate.py: it
+    # (autotune/job/background.py, inductor_glue/selector_hold.py), and so do the script's imports of
+    # torch's modules, which two threads cannot import at once (autotune/job/import_gate.py: it
     # replaces two functions of Python's import for the process). Off: the hook installs before
     # warm_start() returns and patches nothing of the interpreter's (docs/guide.md says why).
     background_install: bool = False
     # The sweep's end-to-end pass on GPUs: time each served GEMM in the graph's own process and
-    # store that verdict, as cold max-autotune weighs its choices (autotune/in_graph.py).
+    # store that verdict, as cold max-autotune weighs its choices (autotune/job/in_graph.py).
     time_in_graph: bool = True
     # The sweep's log file: Inductor's, Dynamo's, torch's and Ray's output and the tuning
     # processes' (None: one file per sweep beside the SQLite cache, else under
-    # $XDG_CACHE_HOME/autotune/logs; autotune/sweep_log.py).
+    # $XDG_CACHE_HOME/autotune/logs; autotune/sweep/log_file.py).
     log: str | None = None
     # Tests of the failure path only: "crash:KEY", "hang:KEY", "kill-once:KEY" or "slow:SECONDS",
     # several comma-separated, handed down to the tuning processes and the end-to-end passes
     # (KEY "pass:<model file stem>"; workers/faults.py says what each does); "prefetch:hold" or
-    # "prefetch:hang" for the hook's prefetch (autotune/prefetch.py).
+    # "prefetch:hang" for the hook's prefetch (autotune/job/prefetch.py).
     fault_inject: str = ""
 
     @classmethod

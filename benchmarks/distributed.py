@@ -18,7 +18,7 @@ On GPUs (``--nproc`` of them, NCCL), for each of DDP and FSDP2, a transformer LM
 
 On a CPU (always; ``--quick`` does only this): tests/models/tiny_bmm.py swept with ``--ddp``,
 then a job of 1 rank and one of ``--cpu-ranks`` ranks (gloo) warm-start from it; every rank's
-``database_calls`` summed, per job. The ranks of a node share one reader (autotune/node_share.py).
+``database_calls`` summed, per job. The ranks of a node share one reader (autotune/job/node_share.py).
 
 Each job rank writes its figures as one JSON line; rank 0 gathers them and prints them
 (``RESULT``). Results: ``<out>/distributed.json`` and ``.md``.

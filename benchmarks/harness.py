@@ -42,7 +42,7 @@ STOP_GRACE_S = 30.0
 PYCACHE = Path(tempfile.gettempdir()) / "autotune-bench-pycache"
 # What the bytecode warm-up imports: every compile's stack, the hook and the cache.
 WARM_IMPORTS = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.select_algorithm",
-                "autotune.hook", "autotune.artifacts", "autotune.cache.store", "sqlalchemy.dialects.sqlite.pysqlite",
+                "autotune.job.hook", "autotune.job.artifacts", "autotune.cache.store", "sqlalchemy.dialects.sqlite.pysqlite",
                 "sqlalchemy.dialects.postgresql.psycopg", "alembic.command", "ray", "autotune.cli",
                 "autotune.workers.child", "autotune.workers.tune")
 AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main(prog_name='autotune')"]

@@ -1,5 +1,5 @@
 """Two threads importing torch's modules at once: how often an import fails, without and with
-the import gate (autotune/import_gate.py).
+the import gate (autotune/job/import_gate.py).
 
     python -m benchmarks.import_race                  # 16 processes per setting
     python -m benchmarks.import_race --processes 30 --out /tmp/race
@@ -45,7 +45,7 @@ SETTINGS = ("no gate", "gate")
 def child(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - a script has torch imported before warm_start()
 
-    from autotune import import_gate
+    from autotune.job import import_gate
 
     rng = random.Random(args.seed)
     delay = rng.uniform(0, MAX_DELAY_S)

@@ -5,7 +5,7 @@ torch's CUDA check, and the install's imports of Inductor, on the main thread or
     python -m benchmarks.install_imports --rounds 4 --out /tmp/imports
 
 Each child is a fresh process that imports torch, asks ``torch.cuda.is_available()`` and imports
-what the hook's install imports first (``autotune.background.GATED_IMPORTS``), in one of these
+what the hook's install imports first (``autotune.job.background.GATED_IMPORTS``), in one of these
 modes (the rounds take turns, one child of each mode per round):
 
 - ``main``: the imports on the main thread, as the install before ``warm_start()`` returns;
@@ -53,7 +53,7 @@ def child(mode: str) -> int:
     import torch
 
     result["torch_s"] = time.perf_counter() - began
-    from autotune.background import GATED_IMPORTS
+    from autotune.job.background import GATED_IMPORTS
 
     cpu: list[float] = []
 
@@ -84,7 +84,7 @@ def child(mode: str) -> int:
 
 def _on_a_thread(mode: str, imports: Callable[[], None], cuda_check: Callable[[], None], torch: Any) -> None:
     """The imports on a thread named as the install's; the main thread does what ``mode`` says."""
-    from autotune import import_gate
+    from autotune.job import import_gate
 
     opening: list[Callable[[], None]] = []
 

@@ -65,7 +65,7 @@ def child(args: argparse.Namespace) -> int:
 def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     import torch
 
-    from autotune.pointwise import compile_phase_totals, longest_phases
+    from autotune.sweep.end_to_end import compile_phase_totals, longest_phases
     from benchmarks import compile_time
 
     bypasses = _BypassLog()

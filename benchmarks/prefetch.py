@@ -132,7 +132,7 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
 def _longest_phases() -> dict[str, float]:
     """The first call's longest phases as torch times them (nothing compiles before it): where a
     warm first call goes, at no cost to its timing, unlike a profile."""
-    from autotune.pointwise import compile_phase_totals, longest_phases
+    from autotune.sweep.end_to_end import compile_phase_totals, longest_phases
 
     return longest_phases({}, compile_phase_totals(), top=PHASES_KEPT)
 

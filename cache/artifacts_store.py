@@ -222,7 +222,7 @@ def _info(row: Any, dialect: str) -> ArtifactInfo:
 
 def info_from_values(values: dict[str, Any]) -> ArtifactInfo:
     """An artifact's listing entry from its values by column name (a row's, or one local rank 0
-    sent: autotune/node_wire.py); ValueError names a value of the wrong type."""
+    sent: autotune/job/node_wire.py); ValueError names a value of the wrong type."""
     if values.keys() != {c.name for c in _INFO_COLUMNS}:
         raise ValueError(f"an artifact's entry holds {sorted(values)}, not its columns")
     for name, kind in _INFO_TYPES.items():

@@ -2,7 +2,7 @@
 
 Two parts of autotune skip Inductor's ``CachingAutotuner.coordinate_descent_tuning``:
 capture and the workers, for kernels they leave untuned (inductor_glue/capture.py), and
-the hook, for a kernel whose config came from the cache (autotune/kernel_configs.py).
+the hook, for a kernel whose config came from the cache (autotune/job/kernel_configs.py).
 They used to wrap the method each on its own, and the two wrappers nested: taken off out
 of order, one restored the other's wrapper for good. Now each pushes a rule here; the one
 wrapper asks every active rule and descends only when none keeps the launcher as it is.

@@ -128,7 +128,7 @@ def probe_vec_isa_early() -> threading.Thread | None:
 
 
 # Every module the vector-ISA probes import (tests/test_isa_probes.py checks it). The install on
-# a thread imports them on a CPU job before the script's imports go on (autotune/background.py).
+# a thread imports them on a CPU job before the script's imports go on (autotune/job/background.py).
 PROBE_MODULES = (
     "torch._inductor.codecache",  # a probe writes its source and takes its file lock there
     "torch._inductor.cpp_builder",

@@ -48,7 +48,7 @@ PREFIX = "fusion:"
 
 class DecisionBook(Protocol):
     """Where decisions Inductor reaches by benchmarking come from and go to (the hook's
-    store, autotune/serve_policy.py): fusion verdicts here, padding verdicts (padding.py)."""
+    store, autotune/job/serve_policy.py): fusion verdicts here, padding verdicts (padding.py)."""
 
     def stored(self, key: str) -> dict[str, Any] | None: ...
 

@@ -3,7 +3,7 @@
 A GPU actor runs several requests at once (``--jobs-per-gpu``), each in its own
 child process, because a request spends most of its time compiling candidates on
 the CPU (torch 2.11: nearly all of a transformer GEMM's time; the timing is short).
-The end-to-end passes of other models run on the same GPUs beside them (autotune/pointwise.py),
+The end-to-end passes of other models run on the same GPUs beside them (autotune/sweep/end_to_end.py),
 timing pointwise and reduction configs. Two processes timing at the same moment would time
 each other's kernels, so each holds this lock while Inductor times: an ``flock`` on a file
 named after the GPU's UUID, which every process on the host that uses that GPU opens (Ray

@@ -122,7 +122,7 @@ class PinIndex:
 
     ``fastest_template_too``: also generate each result's fastest Triton config when
     ATen won it, so that a compile timing its choices in the graph weighs a template
-    against ATen as cold max-autotune does (autotune/in_graph.py).
+    against ATen as cold max-autotune does (autotune/job/in_graph.py).
 
     ``also``: keys generated in any case. A template the sweep's pass fused with its
     epilogue was finalized with one config, which must exist here too for the stored

@@ -274,7 +274,7 @@ _declare("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path", READ
          "pins Triton's ptxas before any hash is taken (nothing to pin without it)", required=False)
 COMPILE_GRAPH = _declare("torch._inductor.compile_fx", "_compile_fx_inner", PATCH, (GEMM_SERVING,),
                          "a graph whose compile with served kernels fails is compiled again with ATen for "
-                         "its GEMMs (autotune/compile_retry.py; without it the failure is the job's)",
+                         "its GEMMs (autotune/job/compile_retry.py; without it the failure is the job's)",
                          required=False)
 # Inductor's pattern passes, registered once per process at its first compile; the background
 # install registers them while the script builds its model (inductor_glue/env.py). joint_graph's
@@ -362,7 +362,7 @@ PAD_GET = _declare(_PAD, "get_cached_should_pad", PATCH, (PADDING_VERDICTS,),
                    "a stored verdict answers before Inductor's own file")
 PAD_SET = _declare(_PAD, "set_cached_should_pad", PATCH, (PADDING_VERDICTS,), "each timed verdict is kept")
 
-# --- the artifact tier (autotune/artifacts.py)
+# --- the artifact tier (autotune/job/artifacts.py)
 _RC = "torch._inductor.remote_cache"
 REMOTE_BACKEND = _declare(_RC, "RemoteCacheBackend", SUBCLASS, (ARTIFACTS,),
                           "the signed store as Inductor's remote cache backend")
@@ -386,7 +386,7 @@ CPP_COMPILER = _declare("torch._inductor.cpp_builder", "get_cpp_compiler", READ,
                         "autotune doctor names the C++ compiler Inductor's CPU code is built with", required=False)
 # Triton's, not torch's: its build of a native module (a kernel's launcher, the driver's
 # utilities) with the C compiler, called only when Triton's own cache lacks the module
-# (autotune/triton_modules.py). A CPU machine may have no Triton: not required.
+# (autotune/job/triton_modules.py). A CPU machine may have no Triton: not required.
 TRITON_BUILD = _declare("triton.runtime.build", "_build", PATCH, (ARTIFACTS,),
                         "a native module Triton builds is fetched before the C compiler runs, and published "
                         "after (the compiler runs without it)", required=False, checked_on=("triton 3.6", "triton 3.9"))
@@ -405,7 +405,7 @@ VEC_ISAS = _declare("torch._inductor.cpu_vec_isa", "supported_vec_isa_list", REA
                     "the ISA objects: their cached probe verdicts (__bool__) are cleared with it, and the flags a "
                     "passed probe left on them (_is_avx512_bf16_supported) dropped", required=False)
 
-# --- Dynamo's package (autotune/dynamo_package.py)
+# --- Dynamo's package (autotune/job/dynamo_package.py)
 _PKG = "torch._dynamo.package"
 CONFIG_ENTRY = _declare("torch.utils._config_module", "_ConfigEntry", READ, (ARTIFACTS, DYNAMO_PACKAGE),
                        "a config option's entry (a module's _config), whose default the background install "

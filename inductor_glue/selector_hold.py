@@ -1,6 +1,6 @@
 """Inductor's selector held for the hook while it installs on a thread.
 
-A warm start that installs in the background (autotune/background.py) imports Inductor on its
+A warm start that installs in the background (autotune/job/background.py) imports Inductor on its
 thread while the script goes on. A script that reaches Inductor's selector meanwhile
 (``select_algorithm.add_feedback_saver``, a compile through an entry point other than
 ``torch.compile``) would otherwise make Inductor create its own selector, which the install then

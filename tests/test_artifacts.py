@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from test_hook import TINY, job
 
 from autotune import cli
-from autotune.artifacts import ArtifactTier
 from autotune.cache import Store, signing
 from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_FX_GRAPH, Artifact
-from autotune.hook_stats import HookStats
+from autotune.job.artifacts import ArtifactTier
+from autotune.job.hook_stats import HookStats
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -128,7 +128,7 @@ def test_tampered_artifacts_are_never_handed_to_torch(store: Store, keys: dict[s
     store.put_artifact(_signed(writer, "truncated", payload=PAYLOAD[:100], signature=good.signature))
     store.put_artifact(_signed(writer, "unsigned", signature=None, public_key=None))
 
-    caplog.set_level(logging.INFO, logger="autotune.artifacts")
+    caplog.set_level(logging.INFO, logger="autotune.job.artifacts")
     assert tier.fetch(ARTIFACT_FX_GRAPH, "good") == PAYLOAD
     for key in ("flipped", "stranger", "swapped", "truncated", "unsigned"):
         assert tier.fetch(ARTIFACT_FX_GRAPH, key) is None, key
@@ -262,10 +262,10 @@ def test_a_read_only_postgres_role_loads_artifacts_and_writes_nothing(
 def test_a_pass_that_withholds_its_artifacts_publishes_none_and_keeps_its_data(
         tmp_path: Path, keys: dict[str, Path]) -> None:
     """The sweep's publishing compile withholds its artifacts when it tuned a kernel after
-    compiling it (autotune/pointwise.py): none is stored, queued or later, while its data
+    compiling it (autotune/sweep/end_to_end.py): none is stored, queued or later, while its data
     writes (here a GEMM winner written back) are kept; the compile after it publishes."""
-    from autotune.hook import warm_start_for_pass
     from autotune.inductor_glue.capture import fresh_inductor
+    from autotune.job.hook import warm_start_for_pass
     from autotune.settings import Settings
 
     url = f"sqlite:///{tmp_path / 'pass.db'}"

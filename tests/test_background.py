@@ -1,6 +1,6 @@
 """With ``AUTOTUNE_BACKGROUND_INSTALL=1`` (the opt-in: off by default on every machine),
 ``autotune.warm_start()`` returns at once and installs the hook on a thread; ``torch.compile`` and
-Inductor's selector wait for the install (autotune/background.py, autotune/compile_gate.py,
+Inductor's selector wait for the install (autotune/job/background.py, autotune/job/compile_gate.py,
 inductor_glue/selector_hold.py). Turned off, or without the prefetch, the hook installs before
 warm_start() returns (tests/test_default_start.py checks the default). The opt-in's own tier:
 ``-m background_install`` runs it alone."""
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import autotune
-from autotune import background, compile_gate
+from autotune.job import background, compile_gate
 
 pytestmark = pytest.mark.background_install
 
@@ -35,7 +35,7 @@ def _background_job(script: str, tmp_path: Path, *args: str) -> subprocess.Compl
 @pytest.mark.torch_subset  # the race was seen on torch 2.11
 def test_torch_compile_waits_for_the_install_and_is_torchs_own_again_after(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune import hook
+    from autotune.job import hook
 
     original, go = torch.compile, threading.Event()
     install = hook._install
@@ -64,7 +64,7 @@ def test_torch_compile_waits_for_the_install_and_is_torchs_own_again_after(tmp_p
 
 def test_an_install_that_fails_is_one_warning_and_the_job_compiles_unserved(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from autotune import hook
+    from autotune.job import hook
 
     def broken_install(settings: object) -> hook.WarmStart:
         raise RuntimeError("no Inductor here")
@@ -84,7 +84,7 @@ def test_an_install_that_fails_is_one_warning_and_the_job_compiles_unserved(
 @pytest.mark.parametrize("env", [{"AUTOTUNE_BACKGROUND_INSTALL": "0"}, {"AUTOTUNE_PREFETCH": "0"}])
 def test_turned_off_or_without_the_prefetch_the_hook_installs_before_warm_start_returns(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    from autotune import hook
+    from autotune.job import hook
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -114,8 +114,8 @@ def test_inductors_selector_reached_during_the_install_waits_for_it_and_keeps_th
     # Inductor is imported already: the hold is placed before warm_start() returns.
     from torch._inductor import select_algorithm as sa
 
-    from autotune import hook
     from autotune.inductor_glue.inductor import Selector
+    from autotune.job import hook
 
     before, go = sa._ALGORITHM_SELECTOR_CACHE, threading.Event()
     install = hook._install
@@ -142,7 +142,7 @@ def test_inductors_selector_reached_during_the_install_waits_for_it_and_keeps_th
 def test_a_failed_install_gives_inductor_its_own_selector_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._inductor import select_algorithm as sa
 
-    from autotune import hook
+    from autotune.job import hook
 
     before = sa._ALGORITHM_SELECTOR_CACHE
 
@@ -222,7 +222,7 @@ def test_the_install_on_the_thread_sets_up_the_first_compile_and_registers_the_p
 
 RACED_JOB = """
 import sys, threading, torch, autotune
-from autotune import hook
+from autotune.job import hook
 from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
 go, install = threading.Event(), hook._install
 def held_install(settings):
@@ -265,7 +265,7 @@ def test_a_compile_that_waits_for_the_install_is_left_to_register_the_passes_its
 
 BUSY_JOB = """
 import sys, time, torch, autotune
-from autotune import hook, script_pace
+from autotune.job import hook, script_pace
 script_pace.BUSY_SHARE = 0.02  # busy: ran at all in a sample (a loaded CI machine shares its cores)
 from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
 def registered():
@@ -327,7 +327,7 @@ def test_the_install_thread_sees_the_config_the_script_assigned_before_warm_star
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torch 2.13 keeps an assigned option per context: the install (which registers the pattern
     passes) runs in a copy of the script's, so it sees what the script set, not torch's defaults."""
-    from autotune import hook
+    from autotune.job import hook
 
     seen: list[bool] = []
     install = hook._install
@@ -370,7 +370,7 @@ handle.uninstall()
 @pytest.mark.torch_subset  # with Triton installed (torch 2.11's wheel), its key is hashed too
 def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_path: Path) -> None:
     """With the install on a thread, both start before Inductor's imports and run beside them, not
-    after them, where a compile called at once waited for them (autotune/store_imports.py,
+    after them, where a compile called at once waited for them (autotune/job/store_imports.py,
     inductor_glue/env.py prewarm_triton_key). The default starts neither (tests/test_default_start.py)."""
     env = {**os.environ, "AUTOTUNE_BACKGROUND_INSTALL": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
@@ -384,7 +384,7 @@ def test_the_stores_imports_and_tritons_key_start_before_inductors_imports(tmp_p
 
 _PROBES_AFTER_THE_GATE = """
 import importlib, sys
-from autotune import background
+from autotune.job import background
 from autotune.inductor_glue.env import import_probe_modules
 for name in background._gated_imports():
     importlib.import_module(name)
@@ -398,7 +398,7 @@ def test_on_a_cpu_job_the_gate_covers_what_the_isa_probes_import_after_it_opens(
     """A CPU job's install runs the vector-ISA probes after the import gate opens; every torch
     module they import (cpp_extension, and setuptools with it) is imported before it opens, so
     the probes import nothing beside the script's imports (a GPU job, which runs no probes,
-    leaves cpp_extension out: autotune/background.py)."""
+    leaves cpp_extension out: autotune/job/background.py)."""
     assert "torch.utils.cpp_extension" in background._gated_imports()
     done = subprocess.run([sys.executable, "-c", _PROBES_AFTER_THE_GATE], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})

@@ -1,4 +1,4 @@
-"""Capture of several models at once, a process each (autotune/capture_lanes.py): the requests
+"""Capture of several models at once, a process each (autotune/sweep/capture_lanes.py): the requests
 each finds are the ones capture in the sweep's own process finds, and a capture process that
 fails leaves its model to the sweep."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.capture_lanes import CaptureSpec, Found, capture_side_by_side, prestart
 from autotune.inductor_glue.capture import capture_model
 from autotune.inductor_glue.modelfile import load_model_file
+from autotune.sweep.capture_lanes import CaptureSpec, Found, capture_side_by_side, prestart
 
 MODELS = Path(__file__).parent / "models"
 MLP, BMM = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py")
@@ -62,7 +62,7 @@ def _capture_children() -> list[int]:
             continue
         parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
         state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
-        if parent == str(os.getpid()) and b"autotune.capture_lanes" in cmdline and state != "Z":
+        if parent == str(os.getpid()) and b"autotune.sweep.capture_lanes" in cmdline and state != "Z":
             children.append(int(entry.name))
     return children
 
@@ -95,7 +95,7 @@ def test_a_sweep_stopped_by_a_bad_model_file_ends_the_capture_processes_it_start
     from autotune.inductor_glue.modelfile import ModelFileError
     from autotune.settings import Settings
     from autotune.sweep import run_sweep
-    from autotune.sweep_report import SweepOptions
+    from autotune.sweep.report import SweepOptions
 
     broken = str(MODELS / "broken_import.py")
     with pytest.raises(ModelFileError):

@@ -18,8 +18,8 @@ from autotune.inductor_glue.env import kernel_config_environment
 from autotune.inductor_glue.modelfile import load_model_file
 from autotune.settings import Settings
 from autotune.sweep import run_sweep
-from autotune.sweep_report import SweepOptions, SweepReport
-from autotune.sweep_view import summary_lines
+from autotune.sweep.report import SweepOptions, SweepReport
+from autotune.sweep.view import summary_lines
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = Path(__file__).parent / "models" / "tiny_mlp.py"

@@ -224,8 +224,8 @@ def test_a_hostile_misses_row_is_printed_escaped_by_the_sweep(sqlite_url: str, a
 def test_a_sweep_that_finds_no_request_says_why() -> None:
     """A CPU training step (--train) has nothing Inductor autotunes: the sweep says so and what to change.
     The report is what a capture that saw no lookup returns (`autotune sweep examples/mlp.py --train --ddp`)."""
-    from autotune.sweep_report import ModelCapture, SweepReport
-    from autotune.sweep_view import no_request_notes, print_summary
+    from autotune.sweep.report import ModelCapture, SweepReport
+    from autotune.sweep.view import no_request_notes, print_summary
 
     report = SweepReport(sweep_id="s", env=None, device="cpu", dry_run=True, models=[ModelCapture("mlp.py")])
     trained = no_request_notes(report, train=True, mode="max-autotune")

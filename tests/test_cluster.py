@@ -84,7 +84,7 @@ def test_a_sweep_spreads_over_both_nodes_and_a_host_without_the_token_is_refused
 def test_the_other_node_runs_end_to_end_passes_once_tuning_is_over(
         cluster: Cluster, sqlite_url: str, signing_keys: dict[str, Path]) -> None:
     # Two models, a signing key (a CPU pass runs to publish): this host's lane and the other
-    # node's lane pass one model each (autotune/remote_passes.py), and both publish.
+    # node's lane pass one model each (autotune/sweep/remote_passes.py), and both publish.
     bmm = str(Path(TINY).parent / "tiny_bmm.py")
     proc = _sweep(cluster, sqlite_url, bmm, "--signing-key", str(signing_keys["writer"]))
     out, err = proc.communicate(timeout=500)
@@ -127,7 +127,7 @@ def _remote_pass_running() -> bool:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"autotune.pointwise" in args and any(b"autotune-remote-" in arg for arg in args):
+        if b"autotune.sweep.end_to_end" in args and any(b"autotune-remote-" in arg for arg in args):
             return True
     return False
 

@@ -1,5 +1,5 @@
 """A graph whose compile with the cache's kernels fails is compiled again with ATen's for its GEMMs
-(autotune/compile_retry.py): the job runs, with one warning, instead of failing because of the cache.
+(autotune/job/compile_retry.py): the job runs, with one warning, instead of failing because of the cache.
 
 The failure is a real one: on a CPU (torch 2.13) the C++ GEMM template that wins the zoo DLRM
 training step's backward bmm in isolation fails in the step's graph, where an epilogue is fused

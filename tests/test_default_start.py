@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import autotune
-from autotune import hook
+from autotune.job import hook
 
 # A user's script, as it is written: the set-up call at the top, then the model's build, then
 # compile and the first call (a real Inductor compile on this CPU). It reports what the process
@@ -75,7 +75,7 @@ def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_p
     assert left["prefetch_done"]
     # No thread of ours is left, on a GPU as on this CPU: the workers the hook's store calls run on
     # (the kernel configs' read, the compile's lookups and writes) end once idle, and the next call
-    # starts another (autotune/exit_wait.py; docs/internals.md, "What the default start-up leaves behind").
+    # starts another (autotune/job/exit_wait.py; docs/internals.md, "What the default start-up leaves behind").
     assert left["ours_left"] == [] and left["store_calls_pending"] == 0
     # The hook is still installed: Tensor.__repr__ is patched only where the gate says so.
     assert left["repr_patched_while_installed"] == left["repr_gate"]
@@ -109,7 +109,7 @@ handle.uninstall()
 def test_the_default_starts_no_thread_for_the_stores_imports_or_tritons_key(tmp_path: Path) -> None:
     """The store's modules are imported by the prefetch's thread (its first read opens the store),
     Triton's key by the first compile that needs it: warm_start() starts no helper thread of its
-    own beside the install (autotune/store_imports.py)."""
+    own beside the install (autotune/job/store_imports.py)."""
     env = {key: value for key, value in os.environ.items() if key != "AUTOTUNE_BACKGROUND_INSTALL"}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,

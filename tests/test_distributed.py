@@ -18,7 +18,7 @@ import pytest
 
 from autotune.cache.records import Environment
 from autotune.cache.store import Store
-from autotune.node_share import NodeClient, NodeServer, SharedReads, node_role
+from autotune.job.node_share import NodeClient, NodeServer, SharedReads, node_role
 
 pytestmark = pytest.mark.xdist_group("distributed")
 
@@ -142,7 +142,7 @@ def _as_local_rank(rank: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.serve_policy import ServePolicy
+    from autotune.job.serve_policy import ServePolicy
     from autotune.settings import Settings
 
     _as_local_rank(1, monkeypatch, tmp_path)
@@ -158,11 +158,11 @@ def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
 
 def test_a_ranks_end_to_end_pass_is_marked_apart_from_the_bare_models() -> None:
     """A sweep --ddp compiles other graphs than a plain sweep: their pass marks differ."""
-    from autotune import pass_marks
-    from autotune.pointwise import PointwiseSpec
+    from autotune.sweep import pass_marks
+    from autotune.sweep.end_to_end import EndToEndSpec
 
-    bare = PointwiseSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu")
-    ddp = PointwiseSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu",
+    bare = EndToEndSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu")
+    ddp = EndToEndSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu",
                         distributed={"kind": "ddp", "world_size": 2, "bucket_cap_mb": 1.0})
     assert pass_marks.digest(bare) != pass_marks.digest(ddp)
 
@@ -174,7 +174,7 @@ def test_a_ranks_prefetch_waits_for_a_local_rank_0_that_starts_late(
     import time
 
     from autotune.cache.signing import NO_TRUSTED_KEYS
-    from autotune.serve_policy import ServePolicy
+    from autotune.job.serve_policy import ServePolicy
     from autotune.settings import Settings
 
     _as_local_rank(1, monkeypatch, tmp_path)

@@ -1,4 +1,4 @@
-"""The warm start's threads end before the interpreter finalizes (autotune/exit_wait.py): a
+"""The warm start's threads end before the interpreter finalizes (autotune/job/exit_wait.py): a
 script that exits while its install or the store's imports still run exits 0, quietly, and the
 prefetch is asked to end but never waited for. Without this a CI job aborted after its last
 line with "terminate called without an active exception"."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import exit_wait
-from autotune.serve_policy import ServePolicy
+from autotune.job import exit_wait
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 
 # The install's imports take a second longer (a module of the test's own among them), so the
@@ -26,7 +26,7 @@ from autotune.settings import Settings
 EARLY_EXIT = """
 import atexit, sys, threading
 sys.path.insert(0, sys.argv[2])
-from autotune import background, hook
+from autotune.job import background, hook
 background.GATED_IMPORTS = (*background.GATED_IMPORTS, "slow_to_import")
 import autotune
 def at_exit():
@@ -114,7 +114,7 @@ def test_a_store_worker_drains_at_exit_and_gives_up_a_stuck_call_with_one_warnin
     queued_behind = stuck.submit(lambda: "never runs")
     assert answering._thread is not None and answering._thread.daemon  # concurrent.futures' exit never joins it
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="autotune.exit_wait"):
+    with caplog.at_level(logging.WARNING, logger="autotune.job.exit_wait"):
         exit_wait._finish()
     waited = time.monotonic() - began
     assert writes == list(range(20))  # every queued write was stored

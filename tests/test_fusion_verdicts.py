@@ -19,9 +19,9 @@ from torch._inductor import ir
 from torch._inductor.scheduler import FusionResult, Scheduler
 from torch._inductor.virtualized import V
 
-from autotune.hook import warm_start
 from autotune.inductor_glue import fusion, padding, pinning
-from autotune.serve_policy import ServePolicy
+from autotune.job.hook import warm_start
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 
 
@@ -401,7 +401,7 @@ def test_verdicts_served_at_once_would_change_the_round() -> None:
 
 
 def test_a_pair_recorded_pending_then_resolved_is_stored_once_as_resolved(sqlite_url: str) -> None:
-    from autotune.hook import _DecisionBook
+    from autotune.job.hook import _DecisionBook
 
     key, writer = fusion.PREFIX + "pair", ServePolicy(Settings(cache=sqlite_url))
     book = _DecisionBook(writer, "cpu", fusion.PREFIX, "fusion_verdicts")

@@ -71,8 +71,8 @@ def example(batch_size=None):
 
 def _job(url: str, batch_sizes: tuple[int, ...], dynamic: bool | None) -> tuple[int, int, int]:
     """A job on a fresh node: (GEMM misses, pointwise/reduction kernels it tuned, loaded)."""
-    from autotune.hook import warm_start
     from autotune.inductor_glue.capture import fresh_inductor
+    from autotune.job.hook import warm_start
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.LayerNorm(512),
@@ -94,8 +94,8 @@ def test_the_pass_tunes_the_dynamic_graphs_kernels_so_jobs_in_every_mode_tune_no
     automatic-dynamic recompile tuned 21 pointwise kernels of the MLP-Mixer and a
     ``dynamic=True`` job 22: their kernels' sources have symbolic sizes, so other keys."""
     from autotune.inductor_glue.modelfile import load_model_file
-    from autotune.pointwise import tune_pointwise
     from autotune.settings import Settings
+    from autotune.sweep.end_to_end import tune_pointwise
 
     (tmp_path / "normed.py").write_text(NORMED)
     model = load_model_file(str(tmp_path / "normed.py"))

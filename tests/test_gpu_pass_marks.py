@@ -3,7 +3,7 @@
 On four H100s (conformance runs 114-115) a sweep cut after its GEMMs were stored was run
 again: it found every GEMM cached, tuned nothing and skipped the pass, so MLP-Mixer's
 ``dynamic=True`` kernels were never tuned and every job tuned them (22 kernels, 288
-benchmarker calls). A finished pass now leaves a mark (``autotune/pass_marks.py``) and a
+benchmarker calls). A finished pass now leaves a mark (``autotune/sweep/pass_marks.py``) and a
 sweep runs the passes without one. Here the first sweep stores its GEMMs with the pass off
 (``AUTOTUNE_KERNEL_CONFIGS=0``: as if it had been cut), the second finds them cached and
 runs the pass, the third has nothing left to do.
@@ -88,11 +88,11 @@ import torch
 
 @torch._dynamo.disable
 def _stop_the_first_pass():
-    # Only in the sweep's end-to-end pass (python -m autotune.pointwise), and only once: as a
+    # Only in the sweep's end-to-end pass (python -m autotune.sweep.end_to_end), and only once: as a
     # deadline's SIGTERM would, between the first graph (run, so its kernels are tuned) and
     # the second.
     flag = os.environ["STOP_FLAG"]
-    if sys.argv[0].endswith("pointwise.py") and not os.path.exists(flag):
+    if sys.argv[0].endswith("end_to_end.py") and not os.path.exists(flag):
         open(flag, "w").close()
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -121,7 +121,7 @@ def example(batch_size=None):
 def test_a_pass_stopped_midway_keeps_its_kernel_configs_and_the_next_pass_loads_them(tmp_path: Path) -> None:
     """A sweep cut at its deadline (T5's --dynamic sweep, twice, runs 120-121) stops its pass
     with SIGTERM: the configs tuned so far are stored, and the next sweep's pass loads them.
-    That pass starts beside the next sweep's capture (autotune/resumed_pass.py)."""
+    That pass starts beside the next sweep's capture (autotune/sweep/resumed_pass.py)."""
     model = tmp_path / "net.py"
     model.write_text(STOPPING_MODEL)
     url = f"sqlite:///{tmp_path / 'cache.db'}"

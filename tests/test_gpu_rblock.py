@@ -5,7 +5,7 @@ compile, its config read from the cache or not (``_dynamic_scale_rblock``); with
 launchers the kernel is benchmarked and descended again at its first run. On an H100 one
 layer-norm kernel of Whisper's encoder was tuned again by every warm start (conformance runs
 93 and 111) and by the sweep's own second compile. The hook now skips the scaling for a
-served config (``autotune/kernel_configs.py``, ``_SCALE``).
+served config (``autotune/job/kernel_configs.py``, ``_SCALE``).
 
 Skipped on the CPU-only CI with that reason: only GPUs tune reduction kernels at their first
 run (the device tool runs it: ``python -m pytest tests/test_gpu_rblock.py``). The CPU test of
@@ -71,11 +71,11 @@ def _counting_scales(monkeypatch: pytest.MonkeyPatch) -> list[str]:
                     reason="needs a CUDA GPU: only GPUs tune reduction kernels at their first run")
 def test_a_served_register_heavy_reduction_is_not_tuned_again(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.hook import warm_start
     from autotune.inductor_glue.capture import fresh_inductor
     from autotune.inductor_glue.modelfile import load_model_file
-    from autotune.pointwise import tune_pointwise
+    from autotune.job.hook import warm_start
     from autotune.settings import Settings
+    from autotune.sweep.end_to_end import tune_pointwise
 
     scaled = _counting_scales(monkeypatch)
     (tmp_path / "norms.py").write_text(NORMS)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.hook import warm_start
-from autotune.hook_stats import HookStats
 from autotune.inductor_glue.capture import fresh_inductor
+from autotune.job.hook import warm_start
+from autotune.job.hook_stats import HookStats
 
 
 def _compile_and_run(url: str) -> HookStats:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.hook import warm_start
 from autotune.inductor_glue import guard_repr, seams
+from autotune.job.hook import warm_start
 
 pytestmark = pytest.mark.torch_subset
 

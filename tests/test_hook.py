@@ -18,7 +18,7 @@ import torch
 from autotune.cache import Store
 from autotune.settings import Settings
 from autotune.sweep import run_sweep
-from autotune.sweep_report import SweepOptions
+from autotune.sweep.report import SweepOptions
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.
@@ -98,8 +98,8 @@ def test_on_miss_error_names_the_request(sqlite_url: str, tmp_path: Path) -> Non
 
 def test_a_job_imports_the_hooks_error_and_stats_from_autotune_hook() -> None:
     """``on_miss="error"`` raises ``CacheMissError`` (docs/guide.md): a job catches it from
-    ``autotune.hook``, where the hook's stats are too, though both live in hook_stats.py."""
-    from autotune import hook, hook_stats
+    ``autotune.job.hook``, where the hook's stats are too, though both live in hook_stats.py."""
+    from autotune.job import hook, hook_stats
 
     assert hook.CacheMissError is hook_stats.CacheMissError and hook.HookStats is hook_stats.HookStats
     assert all(hasattr(hook, name) for name in hook.__all__)
@@ -221,21 +221,21 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
 
     from conftest import copy_sqlite
 
-    from autotune import pass_marks
     from autotune.inductor_glue.env import kernel_config_environment
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from autotune.sweep import pass_marks
+    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
 
     # On CPU there are no pointwise configs to tune; this runs the sweep's last step
     # end to end: a fresh process that loads the model, waits for the word, compiles
     # with the hook, reports, and leaves the mark a later sweep looks for. (The fixture's
     # signed sweep ran its pass already, in max-autotune, and left its own mark.)
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "marked.db")
-    swept_spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu")
+    swept_spec = EndToEndSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu")
     spec = dataclasses.replace(swept_spec, mode="max-autotune-no-cudagraphs")  # the same GEMMs on a CPU
     env = kernel_config_environment("cpu")
     with Store(url) as store:
         assert pass_marks.unfinished(store, env, [swept_spec, spec]) == [spec]
-    report = PointwiseProcess(spec).run(timeout=300)
+    report = EndToEndProcess(spec).run(timeout=300)
     assert report.error is None, report
     assert (report.gemm_hits, report.gemm_misses) == (2, 0)
     with Store(url) as store:
@@ -246,9 +246,9 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
 
 @pytest.mark.slow
 def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
 
-    process = PointwiseProcess(PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, swept, device="cpu"))
+    process = EndToEndProcess(EndToEndSpec(TINY, "example", [None], "max-autotune", {}, False, swept, device="cpu"))
     assert process.proc.stdin is not None
     process.proc.stdin.close()  # the sweep failed before any winner was stored
     assert process.proc.wait(timeout=120) == 0
@@ -262,16 +262,16 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
     stores them, it reports, and a later sweep's pass (unmarked) goes on from them."""
     from conftest import copy_sqlite
 
-    from autotune import pass_marks
-    from autotune.in_graph import SOURCE
     from autotune.inductor_glue.env import kernel_config_environment
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from autotune.job.in_graph import SOURCE
+    from autotune.sweep import pass_marks
+    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "stopped.db")
-    spec = PointwiseSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",
+    spec = EndToEndSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",
                          time_in_graph=True)
     monkeypatch.setenv("TINY_STOP_PASS", "1")  # the model stops its own pass after its GEMMs
-    report = PointwiseProcess(spec).run(timeout=300)
+    report = EndToEndProcess(spec).run(timeout=300)
     assert report.error is not None and report.error.startswith("stopped after"), report
     assert report.gemm_hits == 2 and len(report.verdicts) == 2
     with Store(url) as store:
@@ -285,11 +285,11 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
 @pytest.mark.slow
 def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
 
     hanging = tmp_path / "hanging"
     monkeypatch.setenv("TINY_HANG_PASS", str(hanging))  # building the model for the pass hangs
-    process = PointwiseProcess(PointwiseSpec(TINY, "hangs_in_its_pass", [None], "max-autotune", {}, False,
+    process = EndToEndProcess(EndToEndSpec(TINY, "hangs_in_its_pass", [None], "max-autotune", {}, False,
                                              swept, device="cpu"))
     assert process.proc.stdin is not None
     process.proc.stdin.write("go\n")  # the word run() gives, early: the timeout below is the pass's own
@@ -307,15 +307,15 @@ def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
 def test_the_pass_times_served_gemms_in_the_graph_and_jobs_weigh_its_verdict(swept: str, tmp_path: Path) -> None:
     """The end-to-end pass (on GPUs by default; asked for here on CPU) times each served
     request's choices in its own process and stores that verdict; a job then weighs those
-    figures, benchmarking nothing (autotune/in_graph.py)."""
+    figures, benchmarking nothing (autotune/job/in_graph.py)."""
     from conftest import copy_sqlite
 
-    from autotune.in_graph import SOURCE
-    from autotune.pointwise import PointwiseProcess, PointwiseSpec
+    from autotune.job.in_graph import SOURCE
+    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "verdict.db")
-    spec = PointwiseSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu", time_in_graph=True)
-    report = PointwiseProcess(spec).run(timeout=300)
+    spec = EndToEndSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu", time_in_graph=True)
+    report = EndToEndProcess(spec).run(timeout=300)
     assert report.error is None, report
     assert report.gemm_misses == 0
     assert len(report.verdicts) == 2 and all(len(v["in_graph_ms"]) >= 2 for v in report.verdicts)

@@ -27,14 +27,14 @@ from conftest import copy_sqlite
 from factories import make_env, make_request, make_result
 from test_hook import job
 
-from autotune import kernel_configs
 from autotune.cache import Artifact, Store, TuningResult, jsonl
 from autotune.cache.records import ARTIFACT_FX_GRAPH
 from autotune.cache.signing import load_signer
 from autotune.cli import main
-from autotune.hook import _artifact_seams
 from autotune.inductor_glue.env import current_environment, kernel_config_environment
-from autotune.serve_policy import ServePolicy
+from autotune.job import kernel_configs
+from autotune.job.hook import _artifact_seams
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings, load_keys
 
 pytestmark = pytest.mark.xdist_group("hostile_rows")  # its own copy of the session's signed sweep (conftest)

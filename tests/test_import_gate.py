@@ -1,5 +1,5 @@
 """While the hook installs on a thread, the script's imports wait for the install's
-(autotune/import_gate.py): torch's modules, imported by two threads at once, hand each other
+(autotune/job/import_gate.py): torch's modules, imported by two threads at once, hand each other
 unfinished modules."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import import_gate
+from autotune.job import import_gate
 
 pytestmark = pytest.mark.background_install  # the gate is the opt-in install on a thread's
 
@@ -82,7 +82,7 @@ def test_a_wait_ends_where_the_install_needs_a_module_the_script_is_importing(mo
     _write(modules,
            gate_outer="""
                import threading, time
-               from autotune import import_gate
+               from autotune.job import import_gate
                install = threading.Thread(target=lambda: __import__("gate_outer"), name="autotune-install")
                opening = import_gate.close(install)
                install.start()
@@ -127,7 +127,7 @@ handle = autotune.warm_start(sys.argv[1])
 import torch._dynamo, torch._functorch.aot_autograd, torch._inductor.utils, torch._inductor.ir
 import torch._inductor.lowering, torch._inductor.scheduler, torch._dynamo.utils
 import torch
-from autotune import import_gate
+from autotune.job import import_gate
 out = torch.compile(lambda x: x * 2)(torch.ones(3))
 print("ok", out.tolist(), "waited", import_gate.waits(), "errors", handle.stats.errors)
 """

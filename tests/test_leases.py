@@ -16,8 +16,8 @@ from autotune.cache import Store
 from autotune.cache.leases import CLAIMED, DONE, TAKEN
 from autotune.cache.records import InputLayout, TuningRequest
 from autotune.inductor_glue.capture import kernel_owner
-from autotune.pointwise import PointwiseReport, Shard, merge_reports, plan_lanes
-from autotune.queue import SweepQueue
+from autotune.sweep.end_to_end import EndToEndReport, Shard, merge_reports, plan_lanes
+from autotune.sweep.queue import SweepQueue
 from autotune.workers.jobs import TuneJob
 
 WORKER = str(Path(__file__).parent / "lease_worker.py")
@@ -119,7 +119,7 @@ def test_pointwise_lanes_cover_every_model_once_and_every_gpu() -> None:
 
 
 def test_more_models_than_gpus_run_passes_per_gpu_lanes_of_whole_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.pointwise import lane_gpus, pass_lanes
+    from autotune.sweep.end_to_end import lane_gpus, pass_lanes
 
     assert pass_lanes(8, 4, 2, splits=True) == 8  # two lanes on each GPU
     assert pass_lanes(5, 4, 2, splits=True) == 5  # never more lanes than models
@@ -139,7 +139,7 @@ def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:
 
     from autotune.inductor_glue.modelfile import ModelFile
     from autotune.sweep import pass_costs
-    from autotune.sweep_report import ModelCapture
+    from autotune.sweep.report import ModelCapture
 
     # Costs 1, 1 and 4 on 2 GPUs: dealt in file order, lane 0 runs the 1 then the 4 (ends at 5);
     # the longest first gives the 4 a lane of its own and the two 1s the other (ends at 4).
@@ -151,18 +151,18 @@ def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:
     assert pass_costs(models, captured) == [6.0, 3.0, 1.0]  # lookups, else requests, else 1
     owners = Counter(kernel_owner(f"triton_poi_fused_{i}:abc", 4) for i in range(400))
     assert set(owners) == {0, 1, 2, 3} and min(owners.values()) > 60  # spread evenly enough
-    merged = merge_reports([PointwiseReport(saved=2, saved_keys=["x"]), PointwiseReport(saved=3, error="e")], 1.0)
+    merged = merge_reports([EndToEndReport(saved=2, saved_keys=["x"]), EndToEndReport(saved=3, error="e")], 1.0)
     assert (merged.saved, merged.saved_keys, merged.error) == (5, ["x"], "e")
 
 
 def test_a_distributed_gpu_pass_compiles_on_each_rank_device() -> None:
     """Rank r of a GPU job compiles on cuda:r, and Inductor keys graphs and kernels by that
     index: the sweep's pass runs once per device index, up to the job's world size and the GPUs."""
-    from autotune.pointwise import PointwiseSpec, rank_copies
+    from autotune.sweep.end_to_end import EndToEndSpec, rank_copies
 
-    def spec(device: str, world: int | None) -> PointwiseSpec:
+    def spec(device: str, world: int | None) -> EndToEndSpec:
         dist = None if world is None else {"kind": "ddp", "world_size": world, "bucket_cap_mb": None}
-        return PointwiseSpec("m.py", "example", [None], "max-autotune", {}, True, None, device=device,
+        return EndToEndSpec("m.py", "example", [None], "max-autotune", {}, True, None, device=device,
                              distributed=dist, gpu="3")
 
     copies = rank_copies([spec("cuda", 4)], gpus=2)
@@ -172,8 +172,8 @@ def test_a_distributed_gpu_pass_compiles_on_each_rank_device() -> None:
 
 
 def test_the_pass_plans_a_timing_compile_first_and_publishes_last() -> None:
-    from autotune.pointwise import Pass, plan_passes
     from autotune.settings import Settings
+    from autotune.sweep.end_to_end import Pass, plan_passes
 
     signed = Settings(signing_key="/keys/sweeper")
     unsigned = Settings()
@@ -187,8 +187,8 @@ def test_the_pass_plans_a_timing_compile_first_and_publishes_last() -> None:
 
 
 def test_the_pass_compiles_again_before_publishing_graphs_with_kernels_untuned() -> None:
-    from autotune.pointwise import Pass, follow_up
     from autotune.settings import Settings
+    from autotune.sweep.end_to_end import Pass, follow_up
 
     timing, publishing = Pass(Settings(), True), Pass(Settings(signing_key="/keys/sweeper"))
     # A changed winner: a served compile first, publishing nothing, to tune the kernels around it.

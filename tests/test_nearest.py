@@ -1,6 +1,6 @@
 """on_miss="nearest": a shape the sweep never saw takes the nearest swept shape's kernel.
 
-The rules are pure (autotune/nearest.py) and tested on made-up requests; then a real
+The rules are pure (autotune/job/nearest.py) and tested on made-up requests; then a real
 job compiles the tiny model at a batch size the session's sweep did not cover.
 """
 
@@ -16,7 +16,7 @@ from test_hook import job
 
 from autotune.cache import Store
 from autotune.cache.records import CandidateResult, InputLayout
-from autotune.nearest import MAX_RATIO, NearestIndex, distance, match_choice
+from autotune.job.nearest import MAX_RATIO, NearestIndex, distance, match_choice
 
 # One pytest-xdist worker runs every module that copies the session's signed sweep
 # (tests/conftest.py), so that sweep runs once, not once per worker.

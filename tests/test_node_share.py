@@ -1,4 +1,4 @@
-"""The ranks of a node exchange data, not code (autotune/node_share.py, autotune/node_wire.py).
+"""The ranks of a node exchange data, not code (autotune/job/node_share.py, autotune/job/node_wire.py).
 
 What a rank receives from local rank 0 is checked as a database row is; local rank 0 serves
 only the store calls a job makes; each side serves or asks only a process of this job (the same
@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 from factories import make_env, make_result
 
-from autotune import node_wire
 from autotune.cache.errors import MalformedRow
 from autotune.cache.records import Artifact
 from autotune.cache.store import Store
-from autotune.node_share import NodeClient, NodeServer, SharedReads, node_role
+from autotune.job import node_wire
+from autotune.job.node_share import NodeClient, NodeServer, SharedReads, node_role
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the node share checks its peer with SO_PEERCRED and /proc: Linux only")
@@ -87,7 +87,7 @@ _IMPOSTOR = textwrap.dedent("""
 
 def test_a_fake_local_rank_0_that_binds_first_is_refused_and_the_rank_reads_the_database(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from autotune.serve_policy import ServePolicy
+    from autotune.job.serve_policy import ServePolicy
     from autotune.settings import Settings
 
     url = f"sqlite:///{tmp_path / 'cache.db'}"
@@ -345,7 +345,7 @@ def test_a_rank_whose_share_was_closed_reads_the_database_itself_with_one_log_li
 
 _BUILD_THE_SHARE = """
 import sys
-from autotune.serve_policy import ServePolicy
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
 print(policy._node._server is not None, "sqlalchemy" in sys.modules)
@@ -355,7 +355,7 @@ policy.close()
 
 def test_building_local_rank_0s_share_imports_no_sqlalchemy(tmp_path: Path) -> None:
     """The install builds the node share on the caller's thread: SQLAlchemy's import (0.3 s of
-    CPU) is left to the thread that first reads the store (autotune/store_imports.py)."""
+    CPU) is left to the thread that first reads the store (autotune/job/store_imports.py)."""
     env = {**os.environ, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "1",
            "TORCHELASTIC_RUN_ID": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", _BUILD_THE_SHARE, f"sqlite:///{tmp_path / 'cache.db'}"], env=env,
@@ -368,7 +368,7 @@ def test_building_local_rank_0s_share_imports_no_sqlalchemy(tmp_path: Path) -> N
 # each with the hook's own policy. Local rank 0 reports when its share ends and what is left of it.
 _RANK_0 = """
 import sys, threading, time
-from autotune.serve_policy import ServePolicy
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
 server = policy._node._server
@@ -384,7 +384,7 @@ _RANK_1 = """
 import sys
 sys.path.insert(0, sys.argv[2])
 from factories import make_env
-from autotune.serve_policy import ServePolicy
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
 env = make_env(device_kind="cpu", device_name="a cpu")

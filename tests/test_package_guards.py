@@ -18,10 +18,10 @@ from pathlib import Path
 JOB = """
 import json, sys
 import torch
-from autotune import dynamo_package
-from autotune.artifacts import ArtifactTier
+from autotune.job import dynamo_package
+from autotune.job.artifacts import ArtifactTier
 from autotune.cache import Store, signing
-from autotune.hook_stats import HookStats
+from autotune.job.hook_stats import HookStats
 
 store = Store(sys.argv[1])
 tier = ArtifactTier(trusted=signing.NO_TRUSTED_KEYS, signer=None, device="cpu", stats=HookStats(),

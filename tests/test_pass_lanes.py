@@ -1,7 +1,7 @@
-"""The sweep's end-to-end passes in lanes (autotune/pointwise.py ``PointwisePass``): passes side
+"""The sweep's end-to-end passes in lanes (autotune/sweep/end_to_end.py ``EndToEndPass``): passes side
 by side, a pass whose process is killed run again, a pass that crashes recorded against its
 model while its lane goes on, and a pass that waits for its model's GEMMs while a ready one runs
-(autotune/pass_readiness.py)."""
+(autotune/sweep/pass_readiness.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.pass_readiness import ModelReadiness
-from autotune.pointwise import PointwisePass, PointwiseProcess, PointwiseSpec
+from autotune.sweep.end_to_end import EndToEndPass, EndToEndProcess, EndToEndSpec
+from autotune.sweep.pass_readiness import ModelReadiness
 
 MODELS = Path(__file__).parent / "models"
 MLP, BMM, BLOCK = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py"), str(MODELS / "tiny_block.py")
@@ -35,13 +35,13 @@ def no_fault_markers() -> Iterator[None]:
         os.remove(marker)
 
 
-def _spec(model: str, url: str, mode: str = "max-autotune") -> PointwiseSpec:
-    return PointwiseSpec(model, "example", [None], mode, {}, False, url, device="cpu")
+def _spec(model: str, url: str, mode: str = "max-autotune") -> EndToEndSpec:
+    return EndToEndSpec(model, "example", [None], mode, {}, False, url, device="cpu")
 
 
 def test_two_passes_run_side_by_side(swept: str) -> None:
     # Two passes of the swept model (another mode: the same GEMMs on a CPU), a lane each.
-    passes = PointwisePass([_spec(MLP, swept), _spec(MLP, swept, "max-autotune-no-cudagraphs")], gpus=2)
+    passes = EndToEndPass([_spec(MLP, swept), _spec(MLP, swept, "max-autotune-no-cudagraphs")], gpus=2)
     assert len(passes.units) == 2
     report = passes.run(timeout=300)
     assert report.error is None and report.failed == [] and report.gemm_misses == 0, report.failed
@@ -54,12 +54,12 @@ def test_two_passes_run_side_by_side(swept: str) -> None:
 def test_a_lane_added_while_the_pass_runs_takes_a_pass_no_lane_has_begun(swept: str) -> None:
     # One planned lane: the MLP's pass is its first, the bmm's waits for a lane. A lane added as
     # the pass runs (as the other nodes' lanes are on a cluster) takes the bmm's at once.
-    passes = PointwisePass([_spec(MLP, swept), _spec(BMM, swept)], gpus=1)
-    added: list[PointwiseSpec] = []
+    passes = EndToEndPass([_spec(MLP, swept), _spec(BMM, swept)], gpus=1)
+    added: list[EndToEndSpec] = []
 
-    def make(spec: PointwiseSpec) -> PointwiseProcess:
+    def make(spec: EndToEndSpec) -> EndToEndProcess:
         added.append(spec)
-        return PointwiseProcess(spec)
+        return EndToEndProcess(spec)
 
     assert passes.add_lanes([make]) == 1
     report = passes.run(timeout=300)
@@ -73,7 +73,7 @@ def test_a_killed_pass_runs_again_and_a_crashing_one_is_recorded_against_its_mod
         swept: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # One lane: the bmm model's pass crashes as it begins, then the MLP's is SIGKILLed once.
     monkeypatch.setenv("AUTOTUNE_FAULT_INJECT", "crash:pass:tiny_bmm,kill-once:pass:tiny_mlp")
-    report = PointwisePass([_spec(BMM, swept), _spec(MLP, swept)], gpus=1).run(timeout=300)
+    report = EndToEndPass([_spec(BMM, swept), _spec(MLP, swept)], gpus=1).run(timeout=300)
     assert [f["model"] for f in report.failed] == [BMM], report.failed
     assert "exited 17" in report.failed[0]["error"]  # a crash is recorded, not run again
     assert report.requeued == 1  # the killed one ran again in a fresh process
@@ -99,7 +99,7 @@ def test_a_pass_waits_for_its_models_gemms_a_ready_one_goes_first_and_one_with_n
             answered_at.append(time.time())
             readiness.answered("bmm-request")
 
-    passes = PointwisePass([_spec(BLOCK, swept), _spec(BMM, swept), _spec(MLP, swept)], gpus=1)
+    passes = EndToEndPass([_spec(BLOCK, swept), _spec(BMM, swept), _spec(MLP, swept)], gpus=1)
     report = passes.run(timeout=300, on_done=on_done, readiness=readiness)
     assert report.error is None and report.failed == [], report.failed
     assert [p["model"] for p in report.passes] == [MLP, BMM], report.passes

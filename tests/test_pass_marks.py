@@ -1,5 +1,5 @@
 """A finished end-to-end pass leaves a mark; a sweep that tunes nothing runs the passes
-without one (autotune/pass_marks.py). The mark's key and its reading are pure; the store
+without one (autotune/sweep/pass_marks.py). The mark's key and its reading are pure; the store
 round trip runs on the real SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from factories import make_env
 
-from autotune import pass_marks
 from autotune.cache.store import Store
-from autotune.pointwise import PointwiseSpec
+from autotune.sweep import pass_marks
+from autotune.sweep.end_to_end import EndToEndSpec
 
 
-def _spec(model: Path, **changes: object) -> PointwiseSpec:
-    spec = PointwiseSpec(str(model), "example", [8], "max-autotune", {}, False, None, device="cuda")
+def _spec(model: Path, **changes: object) -> EndToEndSpec:
+    spec = EndToEndSpec(str(model), "example", [8], "max-autotune", {}, False, None, device="cuda")
     return dataclasses.replace(spec, **changes)
 
 
@@ -66,7 +66,7 @@ def test_a_database_that_is_down_owes_every_pass_and_takes_no_mark(model: Path) 
 
 def test_a_pass_that_began_and_never_finished_is_resumable(model: Path) -> None:
     """A sweep cut in its pass left the 'started' mark only: the next sweep starts that pass
-    beside its capture (autotune/resumed_pass.py)."""
+    beside its capture (autotune/sweep/resumed_pass.py)."""
     begun, other = _spec(model), _spec(model, dynamic=True)
     marks = {pass_marks.started_key(begun): {}}
     assert pass_marks.resumable(marks, [begun, other]) == [begun]  # the other never began: capture first

@@ -14,11 +14,11 @@ from factories import make_result
 from torch._inductor import select_algorithm as sa
 from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-from autotune import kernel_configs
 from autotune.cache import Store
 from autotune.cache.records import CandidateResult, TuningResult
 from autotune.inductor_glue import pinning
-from autotune.serve_policy import ServePolicy
+from autotune.job import kernel_configs
+from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""The warm start's prefetch (autotune/prefetch.py): a compile racing it is served as without
+"""The warm start's prefetch (autotune/job/prefetch.py): a compile racing it is served as without
 it, a failed prefetch costs one warning, and exit never waits for it.
 
 The race is made deterministic by fault injection, not by timing: with
@@ -122,7 +122,7 @@ def test_a_cache_that_is_down_costs_the_prefetch_one_warning_and_no_lookup_waits
 
 _SLOW_STORE_IMPORTS = """
 import importlib, sys, time
-from autotune import serve_policy, store_imports
+from autotune.job import serve_policy, store_imports
 from autotune.settings import Settings
 ended = []
 def slow_imports():
@@ -159,12 +159,12 @@ def test_exit_does_not_wait_for_a_prefetch_in_flight(tmp_path: Path) -> None:
 
 
 def test_a_triton_modules_key_names_the_platform_without_running_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The platform in a Triton module's key (autotune/triton_modules.py) is read without a
+    """The platform in a Triton module's key (autotune/job/triton_modules.py) is read without a
     process on the compile's thread, and reads the same where no ``file`` command is installed."""
     import platform
     import struct
 
-    from autotune import triton_modules
+    from autotune.job import triton_modules
 
     def no_process(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError(f"a process was started: {args}")
@@ -181,14 +181,14 @@ def test_a_triton_modules_key_names_the_platform_without_running_a_process(monke
 
 def test_a_fetch_that_must_not_wait_is_a_miss_while_the_prefetch_has_not_reached_it(
         signing_keys: dict[str, Path]) -> None:
-    """Triton's modules are built rather than waited for (autotune/triton_modules.py): with
+    """Triton's modules are built rather than waited for (autotune/job/triton_modules.py): with
     ``wait=False`` the tier neither waits for a prefetch that has not listed its artifacts nor
     asks the database."""
-    from autotune.artifacts import ArtifactTier
     from autotune.cache import signing
     from autotune.cache.records import ARTIFACT_TRITON_MODULE
-    from autotune.hook_stats import HookStats
-    from autotune.prefetch import FAULT_HANG, Prefetch
+    from autotune.job.artifacts import ArtifactTier
+    from autotune.job.hook_stats import HookStats
+    from autotune.job.prefetch import FAULT_HANG, Prefetch
 
     stats, asked = HookStats(), []
     trusted = signing.load_trusted([signing_keys["writer.pub"]])
@@ -213,8 +213,8 @@ _JUNK_JOB = """
 import gc, json, logging, os, sys, threading
 import torch
 from autotune.cache import Store, signing
-from autotune.hook_stats import HookStats
-from autotune.prefetch import Prefetch
+from autotune.job.hook_stats import HookStats
+from autotune.job.prefetch import Prefetch
 
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 url, key_file = sys.argv[1], sys.argv[2]
@@ -292,9 +292,9 @@ def test_the_prefetch_reads_no_payload_past_its_budget(signing_keys: dict[str, P
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget counts the bytes read, not the rows' size column: past it the database is asked
     for each payload's length and the payload is left unread."""
-    from autotune import prefetch as module
     from autotune.cache import signing
-    from autotune.hook_stats import HookStats
+    from autotune.job import prefetch as module
+    from autotune.job.hook_stats import HookStats
 
     url = f"sqlite:///{tmp_path / 'cache.db'}"
     with Store(url) as store:

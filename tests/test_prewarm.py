@@ -13,8 +13,8 @@ import torch
 from torch.utils._triton import has_triton, triton_hash_with_backend
 
 import autotune
-from autotune import kernel_configs
 from autotune.inductor_glue.env import prewarm_triton_backend
+from autotune.job import kernel_configs
 
 needs_triton_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and has_triton()),
                                       reason="needs a CUDA GPU with Triton: only GPU jobs build Triton's backend")

@@ -83,9 +83,9 @@ def test_runtime_tuning_policies_nest_and_come_off() -> None:
 def test_capture_and_the_hook_share_one_coordinate_descent_patch_and_leave_in_any_order() -> None:
     """Both skip coordinate descent through one patch (inductor_glue/descent.py): whichever
     leaves first, the last to leave restores Inductor's method, and none stays wrapped."""
-    from autotune import kernel_configs
     from autotune.inductor_glue.capture import no_runtime_tuning
     from autotune.inductor_glue.seams import COORDINATE_DESCENT
+    from autotune.job import kernel_configs
 
     autotuner_cls = COORDINATE_DESCENT.owner()
     original = autotuner_cls.__dict__["coordinate_descent_tuning"]

@@ -1,5 +1,5 @@
 """The background install's optional work waits while the script is busy on a CPU
-(autotune/script_pace.py): it goes at once beside a sleeping script, not before a busy one has
+(autotune/job/script_pace.py): it goes at once beside a sleeping script, not before a busy one has
 stopped, and never past ``hurry()`` or its limit, which all its pieces share."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autotune import script_pace
+from autotune.job import script_pace
 
 pytestmark = [pytest.mark.background_install,  # the pace is the opt-in install on a thread's
               pytest.mark.skipif(script_pace.own_cpu_clock() is None,

@@ -42,9 +42,9 @@ def test_every_declared_seam_resolves_on_the_installed_torch() -> None:
 
 
 def test_each_seam_is_declared_once_and_patched_by_one_patch() -> None:
-    from autotune import artifacts, dynamo_package, kernel_configs  # noqa: F401 - their patches
     from autotune.inductor_glue import capture, descent, fusion, padding, pinning  # noqa: F401
     from autotune.inductor_glue.patching import _PATCHED
+    from autotune.job import artifacts, dynamo_package, kernel_configs  # noqa: F401 - their patches
 
     paths = [seam.path for seam in seams.SEAMS]
     assert len(paths) == len(set(paths))

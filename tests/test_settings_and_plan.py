@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from autotune.cache.records import InputLayout, TuningRequest
-from autotune.plan import dedupe, make_plan, shape_summary
 from autotune.settings import Settings, SettingsError
+from autotune.sweep.plan import dedupe, make_plan, shape_summary
 
 
 def _request(op: str = "mm", m: int = 64, hashes: tuple[str, ...] = ("a", "b")) -> TuningRequest:
@@ -62,7 +62,7 @@ def test_shape_summary_reads_like_the_op() -> None:
 def test_an_in_graph_verdict_weighs_only_the_choices_timed_in_the_graph() -> None:
     from factories import make_result
 
-    from autotune.in_graph import SOURCE, verdict
+    from autotune.job.in_graph import SOURCE, verdict
 
     # Isolated: ATen 1.0 ms, three templates at 0.9, 0.8 and 0.7 ms (the winner).
     stored = make_result(times=[1.0, 0.9, 0.8, 0.7])
@@ -91,7 +91,7 @@ def test_an_in_graph_verdict_weighs_only_the_choices_timed_in_the_graph() -> Non
 def test_a_model_file_that_cannot_define_its_entry_starts_no_ray(tmp_path: Path, source: str, may_define: bool) -> None:
     """The sweep starts a local Ray before it loads the model files only where the file parses
     and may bind the entry at its top level; the load then names any other problem."""
-    from autotune.sweep import _may_define
+    from autotune.sweep.runner import _may_define
 
     path = tmp_path / "model.py"
     path.write_text(source)

@@ -10,7 +10,7 @@ import pytest
 from autotune.cache import Store
 from autotune.settings import Settings
 from autotune.sweep import run_sweep
-from autotune.sweep_report import SweepOptions
+from autotune.sweep.report import SweepOptions
 from autotune.workers.faults import FAULT_ENV
 from autotune.workers.jobs import TuneJob
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from autotune.artifacts import ArtifactSeams, ArtifactTier
 from autotune.cache import Store, signing
 from autotune.cache.records import ARTIFACT_TRITON_MODULE
-from autotune.hook_stats import HookStats
+from autotune.job.artifacts import ArtifactSeams, ArtifactTier
+from autotune.job.hook_stats import HookStats
 
 pytestmark = pytest.mark.torch_subset
 

@@ -1,10 +1,10 @@
 """A module of this project run in a fresh process on a Ray node, with the files it needs.
 
 The sweep's end-to-end passes run on its own host's GPUs, and on a cluster (--address) on
-the other nodes' GPUs too (autotune/remote_passes.py): this is the Ray task that runs one
+the other nodes' GPUs too (autotune/sweep/remote_passes.py): this is the Ray task that runs one
 there. The model file travels as text, as remote capture's does, written into a temporary
 folder; ``{dir}`` in the arguments names that folder. The process is the same one a local
-pass starts (``python -m autotune.pointwise``), with this node's GPU, which Ray assigned
+pass starts (``python -m autotune.sweep.end_to_end``), with this node's GPU, which Ray assigned
 to the task.
 """
 

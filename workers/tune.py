@@ -7,7 +7,7 @@ timing. The reproduced key and candidate set are compared with the recorded
 ones, and the winner's output is checked against ATen in float32. A winner with
 wrong numbers is recorded as such and the next best is tried. When ATen wins, the
 fastest Triton config is checked too: the sweep's end-to-end pass may choose it in
-the graph (autotune/in_graph.py), and nothing unchecked is ever served. The compile
+the graph (autotune/job/in_graph.py), and nothing unchecked is ever served. The compile
 that timed the candidates runs it in ATen's place (ATen's own numbers come from the
 op in eager mode), so no second compile is needed for it.
 """
@@ -129,7 +129,7 @@ def _stand_in(timings: dict[Any, float]) -> Any | None:
 
     ATen's numbers need no compile to check (the op in eager mode is ATen), while the
     fastest template must be checked before the end-to-end pass may choose it in the
-    graph (autotune/in_graph.py). Running it in this compile checks it at no extra
+    graph (autotune/job/in_graph.py). Running it in this compile checks it at no extra
     compile; a second compile serving it alone cost seconds per request on a GPU.
     """
     finite = {c: t for c, t in timings.items() if math.isfinite(t)}

@@ -20,7 +20,7 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 # for a lock (SQLite's busy timeout plays this part there: the same 30 s), and how long it may run
 # in all. No statement of ours runs for minutes (an import and a prune work in batches of rows);
 # a schema migration lifts both for its own transaction (cache/schema.py). A job's store sets
-# both from its lookup timeout (autotune/serve_policy.py).
+# both from its lookup timeout (autotune/job/serve_policy.py).
 LOCK_TIMEOUT_S = SQLITE_BUSY_TIMEOUT_S
 STATEMENT_TIMEOUT_S = 300.0
 WRITE_OPT = "autotune_write"  # execution option: open the transaction for writing

@@ -29,7 +29,7 @@ from autotune.cache.records import STATUS_OK, TuningResult
 from autotune.cache.text import escape_control
 
 from .plan import fmt_ms, fmt_speedup, shape_summary
-from .sweep_report import STATUS_CACHED, Outcome, SweepReport
+from .report import STATUS_CACHED, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ work (see ``queue.py``). A model whose capture a sweep stored before, for the sa
 options and setup, is not captured again: its requests are replayed (``capture_reuse.py``),
 and a sweep that replays every model starts Ray only if a request is left to tune.
 
-It returns a ``SweepReport`` (plain data, sweep_report.py) and reports progress through a small
+It returns a ``SweepReport`` (plain data, report.py) and reports progress through a small
 callback interface, so the CLI owns all printing.
 """
 
@@ -33,11 +33,11 @@ from autotune.cache.records import (
     TuningResult,
 )
 from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, may_bind, parse_config_overrides
+from autotune.settings import Settings
 
 from .pass_readiness import ModelReadiness
 from .plan import CACHED, PlanStream
-from .settings import Settings
-from .sweep_report import (
+from .report import (
     STATUS_CACHED,
     STATUS_ELSEWHERE,
     STATUS_NOT_RUN,
@@ -50,13 +50,13 @@ from .sweep_report import (
 )
 
 if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: both after Ray's start
+    from autotune.capture_reuse import Record
     from autotune.inductor_glue.capture import CaptureResult
     from autotune.workers.pool import PoolStarter, TuningPool
     from autotune.workers.spares import Spares
 
     from .capture_lanes import LaneProcess
-    from .capture_reuse import Record
-    from .pointwise import PointwisePass, PointwiseReport, PointwiseSpec
+    from .end_to_end import EndToEndPass, EndToEndReport, EndToEndSpec
     from .queue import SweepQueue
     from .resumed_pass import ResumedPass
 
@@ -247,10 +247,10 @@ class _Sweep:
         self.queue: SweepQueue | None = None
         self.starter: PoolStarter | None = None
         self.dispatcher: _Dispatcher | None = None
-        self.pointwise: PointwisePass | None = None
+        self.pointwise: EndToEndPass | None = None
         self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
         self.found_in: dict[str, str] = {}  # request key -> the first model whose capture found it
-        self._pass_specs: list[PointwiseSpec] = []  # the early pass's (start_passes)
+        self._pass_specs: list[EndToEndSpec] = []  # the early pass's (start_passes)
         self.readiness = ModelReadiness()  # which models' passes may start (their GEMMs answered)
         self.queued_keys: set[str] = set()  # request keys this sweep queued
         self.training: set[str] = set()  # model files that are training steps: their requests go out first
@@ -367,7 +367,7 @@ class _Sweep:
         return max(1, min(models, wanted))
 
     def _capture_side_by_side(self, models: list[ModelFile], lanes: int) -> list[ModelFile]:
-        """Capture ``models`` in processes of their own, ``lanes`` at a time (autotune/capture_lanes.py),
+        """Capture ``models`` in processes of their own, ``lanes`` at a time (autotune/sweep/capture_lanes.py),
         planning each request as it comes; the models whose process failed, to capture here."""
         from .capture_lanes import CaptureSpec, capture_side_by_side
 
@@ -410,7 +410,7 @@ class _Sweep:
         unless --force asks for a fresh one (autotune/capture_reuse.py)."""
         if not self.local:
             return
-        from . import capture_reuse
+        from autotune import capture_reuse
 
         for model in models:
             path = str(model.path)
@@ -447,7 +447,7 @@ class _Sweep:
         key = self.capture_keys.get(path)
         if key is None or self.options.dry_run or self.settings.read_only:
             return
-        from . import capture_reuse
+        from autotune import capture_reuse
 
         found = self.streamed.get(path, [])
         env = next((env for _, env in found if env is not None), None)
@@ -490,12 +490,12 @@ class _Sweep:
         first; on a CPU, a pass's compile would slow the timings beside it, so it runs after."""
         if self.device != "cuda" or self.resumed is not None or not models:
             return
-        if not _wants_pointwise(self.local, self.settings, self.device):
+        if not _wants_end_to_end(self.local, self.settings, self.device):
             return
-        from .pointwise import PointwisePass
+        from .end_to_end import EndToEndPass
 
-        self._pass_specs = _pointwise_specs(models, self.options, self.settings, self.device, self.kwargs)
-        self.pointwise = PointwisePass(self._pass_specs, _local_gpus(self.settings, self.device),
+        self._pass_specs = _end_to_end_specs(models, self.options, self.settings, self.device, self.kwargs)
+        self.pointwise = EndToEndPass(self._pass_specs, _local_gpus(self.settings, self.device),
                                        [float(spec.train) + 1 for spec in self._pass_specs], self._pass_cost,
                                        _passes_per_gpu(self.settings, self.device))
         self.mark("pointwise_go")
@@ -573,8 +573,8 @@ class _Sweep:
         if len(self.queue) == 0:
             return
         self.ensure_pool()
-        if self.pointwise is None and _wants_pointwise(self.local, self.settings, self.device):
-            self.pointwise = _pointwise_pass(models, self.options, self.settings, self.device, self.kwargs,
+        if self.pointwise is None and _wants_end_to_end(self.local, self.settings, self.device):
+            self.pointwise = _end_to_end_pass(models, self.options, self.settings, self.device, self.kwargs,
                                              self.report.models)
         assert self.dispatcher is not None and self.starter is not None
         where = f" at {self.settings.address}" if self.settings.address else " locally"
@@ -703,7 +703,7 @@ def _may_reuse(options: SweepOptions, store: Any) -> bool:
     Not with --force (it captures anew), nor for a file that cannot be read (the load says why)."""
     if options.force or not options.model_paths:
         return False
-    from . import capture_reuse
+    from autotune import capture_reuse
 
     try:
         sources = [capture_reuse.source_digest(path, options) for path in options.model_paths]
@@ -719,7 +719,7 @@ def _joins_cluster(settings: Settings) -> bool:
 
 def _add_remote_lanes(sweep: _Sweep) -> None:
     """On a cluster (--address), once tuning is over and its actors are gone, the other nodes'
-    GPUs (on a CPU cluster, the other nodes) join the end-to-end pass (autotune/remote_passes.py)."""
+    GPUs (on a CPU cluster, the other nodes) join the end-to-end pass (autotune/sweep/remote_passes.py)."""
     if sweep.pointwise is None or not _joins_cluster(sweep.settings):
         return
     import ray
@@ -736,20 +736,20 @@ def _add_remote_lanes(sweep: _Sweep) -> None:
 class _PassesBeside:
     """The end-to-end pass on a thread, while the sweep's thread takes tuning's results."""
 
-    def __init__(self, passes: PointwisePass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
-        self.report: PointwiseReport | None = None
+    def __init__(self, passes: EndToEndPass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
+        self.report: EndToEndReport | None = None
         self._thread = threading.Thread(target=self._run, args=(passes, timeout, on_done, readiness),
                                         name="autotune-passes", daemon=True)
         self._thread.start()
 
-    def _run(self, passes: PointwisePass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
+    def _run(self, passes: EndToEndPass, timeout: float, on_done: Any, readiness: ModelReadiness) -> None:
         self.report = passes.run(timeout, on_done=on_done, readiness=readiness)  # never raises
 
-    def join(self) -> PointwiseReport:
-        from .pointwise import PointwiseReport
+    def join(self) -> EndToEndReport:
+        from .end_to_end import EndToEndReport
 
         self._thread.join()
-        return self.report or PointwiseReport(error="the end-to-end pass ended without a report")
+        return self.report or EndToEndReport(error="the end-to-end pass ended without a report")
 
 
 def _checked_store(options: SweepOptions, settings: Settings) -> Any:
@@ -822,11 +822,11 @@ def _start_spares(settings: Settings) -> Spares | None:
         return None
 
 
-def _pointwise_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
-                    kwargs: dict[str, Any], captured: list[ModelCapture]) -> PointwisePass:
-    from .pointwise import PointwisePass
+def _end_to_end_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
+                    kwargs: dict[str, Any], captured: list[ModelCapture]) -> EndToEndPass:
+    from .end_to_end import EndToEndPass
 
-    return PointwisePass(_pointwise_specs(models, options, settings, device, kwargs), _local_gpus(settings, device),
+    return EndToEndPass(_end_to_end_specs(models, options, settings, device, kwargs), _local_gpus(settings, device),
                          pass_costs(models, captured), per_gpu=_passes_per_gpu(settings, device))
 
 
@@ -843,11 +843,11 @@ def capture_cost(entry: ModelCapture | None) -> float:
     return float((entry.lookups or entry.requests) if entry is not None else 0) or 1.0
 
 
-def _pointwise_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
-                     kwargs: dict[str, Any]) -> list[PointwiseSpec]:
-    from .pointwise import PointwiseSpec
+def _end_to_end_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
+                     kwargs: dict[str, Any]) -> list[EndToEndSpec]:
+    from .end_to_end import EndToEndSpec
 
-    return [PointwiseSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
+    return [EndToEndSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
                           kwargs["inductor_config"], kwargs["train"] or model.trains, settings.cache, device,
                           signing_key=settings.signing_key, dynamic=options.dynamic,
                           distributed=options.distributed.to_json() if options.distributed else None)
@@ -861,13 +861,13 @@ def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | No
     options, settings = sweep.options, sweep.settings
     if options.force or options.misses or not models or _publishes(sweep.local, settings):
         return None
-    if not _wants_pointwise(sweep.local, settings, sweep.device):
+    if not _wants_end_to_end(sweep.local, settings, sweep.device):
         return None
     from autotune.inductor_glue.env import kernel_config_environment
 
     from .resumed_pass import start_if_cut
 
-    specs = _pointwise_specs(models, options, settings, sweep.device, sweep.kwargs)
+    specs = _end_to_end_specs(models, options, settings, sweep.device, sweep.kwargs)
     resumed = start_if_cut(sweep.store, kernel_config_environment(sweep.device), specs,
                            _local_gpus(settings, sweep.device), settings.request_timeout)
     if resumed is not None:
@@ -877,20 +877,20 @@ def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | No
     return resumed
 
 
-def _both(first: PointwiseReport, second: PointwiseReport) -> PointwiseReport:
-    from .pointwise import merge_reports
+def _both(first: EndToEndReport, second: EndToEndReport) -> EndToEndReport:
+    from .end_to_end import merge_reports
 
     return merge_reports([first, second], first.seconds + second.seconds)
 
 
-def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | None:
+def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> EndToEndPass | None:
     """The end-to-end pass of a sweep that tuned no GEMM: with a signing key always (what is
     missing is published); on a GPU for each model whose last pass did not finish, cut
     after its GEMMs were stored (``pass_marks``)."""
     publishes = _publishes(sweep.local, sweep.settings)
-    if not publishes and not _wants_pointwise(sweep.local, sweep.settings, sweep.device):
+    if not publishes and not _wants_end_to_end(sweep.local, sweep.settings, sweep.device):
         return None
-    specs = _pointwise_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
+    specs = _end_to_end_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
     if publishes:
         specs = _not_yet_published(sweep, specs)
         if not specs:
@@ -907,13 +907,13 @@ def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> PointwisePass | 
             return None
         log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",
                  len(specs))
-    from .pointwise import PointwisePass  # imports Inductor's compile stack: only for a pass that runs
+    from .end_to_end import EndToEndPass  # imports Inductor's compile stack: only for a pass that runs
 
-    return PointwisePass(specs, _local_gpus(sweep.settings, sweep.device),
+    return EndToEndPass(specs, _local_gpus(sweep.settings, sweep.device),
                          per_gpu=_passes_per_gpu(sweep.settings, sweep.device))
 
 
-def _not_yet_published(sweep: _Sweep, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
+def _not_yet_published(sweep: _Sweep, specs: list[EndToEndSpec]) -> list[EndToEndSpec]:
     """The publishing passes still owed where nothing was tuned: all but those of a model whose
     capture was replayed (its file and setup unchanged) and whose last pass finished, so that
     its artifacts, compiled with these same winners, are stored already. On a CPU only, where a
@@ -945,7 +945,7 @@ def _local_gpus(settings: Settings, device: str) -> int:
     return max(1, min(count, settings.gpus or count))
 
 
-def _wants_pointwise(local: bool, settings: Settings, device: str) -> bool:
+def _wants_end_to_end(local: bool, settings: Settings, device: str) -> bool:
     """The end-to-end pass, when there are GEMMs to tune: GPUs tune pointwise kernels
     in it, and with a signing key it publishes the compiled artifacts (CPU too). A
     host without the device (remote capture) cannot run the model."""

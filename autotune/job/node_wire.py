@@ -1,4 +1,4 @@
-"""What crosses the node share's socket (autotune/node_share.py): data, never code.
+"""What crosses the node share's socket (autotune/job/node_share.py): data, never code.
 
 A message is a JSON document (sent without NaN or Infinity) followed by the raw bytes it
 names (an artifact's payload, signature and public key), each length-prefixed::
@@ -213,7 +213,7 @@ def _info(data: Any, blobs: Blobs) -> ArtifactInfo:
         raise ValueError("an artifact's listing entry must be an object")
     # Imported here, through the store's imports, not with this module: the install builds the
     # node share, and SQLAlchemy's import (the artifact store's) is the prefetch thread's to make.
-    from autotune import store_imports
+    from autotune.job import store_imports
 
     store_imports.join()
     from autotune.cache import artifacts_store

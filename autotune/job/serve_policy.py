@@ -1,6 +1,6 @@
 """How the warm-start hook answers Inductor's lookups: from the store (through the prefetch, the
 node's share or the database, each call bounded by a timeout), with Inductor's own behaviour as
-the fallback. ``autotune/hook.py`` installs it into Inductor and counts its work (hook_stats.py)."""
+the fallback. ``autotune/job/hook.py`` installs it into Inductor and counts its work (hook_stats.py)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from autotune.inductor_glue.inductor import (
     describe_choice,
 )
 from autotune.inductor_glue.pinning import Pin, PinIndex
+from autotune.settings import Settings
+from autotune.sweep.plan import shape_summary
 
 from . import exit_wait, store_imports
 from .hook_stats import MISSES_LISTED, CacheMissError, HookStats, missed_entry
-from .plan import shape_summary
-from .settings import Settings
 
 if TYPE_CHECKING:
     from .nearest import NearestIndex
@@ -100,7 +100,7 @@ class ServePolicy:
         self._node = _NodeShare(self) if settings.node_share else None
         self._wait_lock = threading.Lock()
         # Daemon workers: the exit waits for a call in flight at most a few seconds past the lookup
-        # timeout, whatever the database does (autotune/exit_wait.py); concurrent.futures' would wait for it.
+        # timeout, whatever the database does (autotune/job/exit_wait.py); concurrent.futures' would wait for it.
         self._pool = exit_wait.DaemonWorker("autotune-cache", settings.lookup_timeout + exit_wait.EXIT_GRACE_S)
         self._logged_misses: set[str] = set()  # request keys
         self._warned_winners: set[str] = set()  # request keys whose winner was not generated
@@ -324,7 +324,7 @@ class ServePolicy:
         return timings
 
     def _serve_nearest(self, env: Environment, request: TuningRequest, choices: list[Any]) -> Timings | None:
-        """The nearest swept shape's kind of kernel, without benchmarking (see autotune/nearest.py)."""
+        """The nearest swept shape's kind of kernel, without benchmarking (see autotune/job/nearest.py)."""
         from .nearest import NearestIndex, match_choice
 
         if env.key not in self._nearest:
@@ -578,7 +578,7 @@ class _Counted:
 
 
 class _NodeShare:
-    """This rank's part in sharing one reader per node (autotune/node_share.py): local rank 0
+    """This rank's part in sharing one reader per node (autotune/job/node_share.py): local rank 0
     serves from its first install, the others connect in the background and ask it."""
 
     def __init__(self, policy: ServePolicy) -> None:

@@ -6,11 +6,11 @@ import runpy
 import sys
 from pathlib import Path
 
+from autotune import warm_start
 from autotune.cache.errors import find_cause
+from autotune.settings import Settings
 
-from . import warm_start
 from .hook_stats import CacheMissError, HookStats
-from .settings import Settings
 
 
 def run_script(script: str, args: list[str], settings: Settings) -> tuple[int, HookStats]:

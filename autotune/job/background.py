@@ -9,7 +9,7 @@ script, and its gain did not show in the whole-process figures (docs/guide.md).
 Importing Inductor and installing the hook's seams take seconds, which a script spends
 building its model, loading weights and data, setting up its process group. So the public
 ``warm_start()`` checks what it was given (settings, key files: errors still raise here),
-holds ``torch.compile`` (autotune/compile_gate.py) and returns; a thread imports the hook and
+holds ``torch.compile`` (autotune/job/compile_gate.py) and returns; a thread imports the hook and
 installs it, the prefetch starting there. The first ``torch.compile`` waits for the install.
 """
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The torch modules the install imports, and through them nearly all it imports of torch's; the
-# script's imports of torch's modules wait for these (autotune/import_gate.py).
+# script's imports of torch's modules wait for these (autotune/job/import_gate.py).
 # A CPU job's install adds what its vector-ISA probes import (_gated_imports).
 GATED_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.select_algorithm")
 
@@ -54,7 +54,7 @@ class PendingWarmStart:
         self._exiting = threading.Event()  # the interpreter exits: what is left of the install is not done
         self._handle: WarmStart | None = None
         # The CPU clock of the thread that builds the model, then compiles, read here on that
-        # thread (autotune/script_pace.py says why).
+        # thread (autotune/job/script_pace.py says why).
         self._script_clock = own_cpu_clock()
         release = compile_gate.hold(self._wait_to_compile)
         # In a copy of the script's context: torch 2.13 keeps an assigned config option per context,
@@ -65,7 +65,7 @@ class PendingWarmStart:
         # a script reaching it otherwise (add_feedback_saver, torch._dynamo.optimize) is served.
         self._held = Hold(thread)
         # The script's imports wait for the install's: torch's modules, imported by two threads
-        # at once, hand each other unfinished modules (autotune/import_gate.py).
+        # at once, hand each other unfinished modules (autotune/job/import_gate.py).
         self._open_imports = import_gate.close(thread)
         thread.start()
         exit_wait.finish_before_exit(thread, stop=self._exiting.set)
@@ -105,7 +105,7 @@ class PendingWarmStart:
         that outlives the process where it must (``prewarm_compile_passes`` says why). Once a
         compile waits, the rest are left to it: nothing is left to overlap, and a compile whose
         graphs the cache serves registers only the passes it runs. Each pass waits while the
-        script is busy on a CPU (autotune/script_pace.py): a served compile may need none of
+        script is busy on a CPU (autotune/job/script_pace.py): a served compile may need none of
         them, and beside a busy script they would lengthen its building by their own length.
         Returns how many it registered."""
         from autotune.inductor_glue.env import default_device, prewarm_compile_passes
@@ -177,7 +177,7 @@ class PendingWarmStart:
 def _gated_imports() -> tuple[str, ...]:
     """What the install imports while the script's imports of torch's modules wait: on a CPU job
     also what its vector-ISA probes import after the gate opens (the hook runs them where no
-    GPU is seen: autotune/hook.py). Only there: their cpp_extension brings setuptools and
+    GPU is seen: autotune/job/hook.py). Only there: their cpp_extension brings setuptools and
     Cython, which a GPU job's install and first compile never import, and which lengthened the
     script's wait at the gate (docs/internals.md)."""
     from autotune.inductor_glue.env import PROBE_MODULES, default_device

@@ -10,7 +10,7 @@ and the first error disables the cache for the process with one warning, after
 which compiles behave like plain max-autotune.
 
 This module installs and uninstalls; how each lookup is answered is ``ServePolicy``'s
-(autotune/serve_policy.py), and what a job counts is ``HookStats`` (autotune/hook_stats.py).
+(autotune/job/serve_policy.py), and what a job counts is ``HookStats`` (autotune/job/hook_stats.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from autotune.cache.signing import NO_TRUSTED_KEYS, Signer, TrustedKeys
 from autotune.inductor_glue import guard_repr, seams
 from autotune.inductor_glue.inductor import install, uninstall
+from autotune.settings import Settings, load_keys, warm_start_settings
 
 from . import exit_wait
 from .hook_stats import CacheMissError, HookStats
 from .serve_policy import ServePolicy, artifact_device
-from .settings import Settings, load_keys, warm_start_settings
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactSeams
@@ -69,7 +69,7 @@ class WarmStart:
         self._kernel_device = gpu if policy.settings.kernel_configs and seams.KERNEL_CONFIGS.key not in off else None
         self._holding_kernels = gpu is not None
         # The warm-ups on threads of their own come with the install on a thread (the opt-in,
-        # autotune/background.py) only: by default the first compile does them itself, and the
+        # autotune/job/background.py) only: by default the first compile does them itself, and the
         # only threads the install starts are the cache's reads (docs/guide.md says why).
         early = policy.settings.background_install
         if gpu is not None:
@@ -97,7 +97,7 @@ class WarmStart:
             loader.start()
             threads.append(loader)
             kernel_configs.push(lambda key, value: policy.save_kernel_config(device, key, value))
-        for thread in threads:  # the interpreter's exit waits for them too (autotune/exit_wait.py says why)
+        for thread in threads:  # the interpreter's exit waits for them too (autotune/job/exit_wait.py says why)
             exit_wait.finish_before_exit(thread)
         timeout = policy.settings.lookup_timeout + 10
 
@@ -214,7 +214,7 @@ class _DecisionBook:
 
 def _features_in_use(settings: Settings, gpu: str | None) -> list[seams.Feature]:
     """The features this hook turns on, by its settings and device (the artifact tier's
-    own are checked where it installs them, autotune/artifacts.py)."""
+    own are checked where it installs them, autotune/job/artifacts.py)."""
     wanted = {seams.GEMM_SERVING: True, seams.PINNING: settings.pin, seams.KERNEL_CONFIGS: settings.kernel_configs,
               seams.FUSION_VERDICTS: settings.verdicts, seams.PADDING_VERDICTS: settings.verdicts}
     return [feature for feature, on in wanted.items() if on and (gpu is not None or not feature.gpu_only)]
@@ -283,7 +283,7 @@ def warm_start_for_pass(settings: Settings, *, time_in_graph: bool = False) -> W
     """The sweep's end-to-end pass: served like a job, except that its writes wait for
     ``flush()`` (it tunes kernels here, and they are timed in this process), and, with
     ``time_in_graph``, each hit is timed here and stored as its in-graph verdict
-    (autotune/in_graph.py). A miss is tuned and written back, whatever a job's settings say."""
+    (autotune/job/in_graph.py). A miss is tuned and written back, whatever a job's settings say."""
     return _install(settings.replace(on_miss="tune", write_back=True), time_in_graph=time_in_graph,
                     defer_writes=True)
 

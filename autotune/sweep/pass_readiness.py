@@ -2,7 +2,7 @@
 
 A pass compiles its model with the stored GEMM winners, so it waits for those, and for no
 other model's: the passes of models whose requests are answered run on the GPUs while the
-rest of the queue is still being tuned (autotune/pointwise.py ``PointwisePass``). The sweep
+rest of the queue is still being tuned (autotune/sweep/end_to_end.py ``EndToEndPass``). The sweep
 tells this what capture found and what tuning answered; the pass's lanes ask it.
 """
 

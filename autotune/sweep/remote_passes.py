@@ -3,7 +3,7 @@
 The passes are most of a team's sweep (benchmarks/results/team_queue.md), and they ran on the
 sweep's own host alone: a cluster of two 2-GPU nodes passed its models on two GPUs. Once
 tuning is over and the tuning actors are gone, each GPU of every other live node becomes
-``passes_per_gpu`` more lanes of the sweep's pass (``PointwisePass.add_lanes``): a lane
+``passes_per_gpu`` more lanes of the sweep's pass (``EndToEndPass.add_lanes``): a lane
 starts each pass it takes as a Ray task pinned to its node, holding its share of a GPU,
 which runs the same process a local pass runs (workers/remote_run.py), the model file sent
 as text. On a CPU cluster each other node is one lane. A pass whose node is lost, whose
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .pointwise import STOP_GRACE_S, PointwiseReport, PointwiseSpec, report_from
+from .end_to_end import STOP_GRACE_S, EndToEndReport, EndToEndSpec, report_from
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ def remote_lanes(device: str, per_gpu: int) -> list[RemoteLane]:
     return lanes
 
 
-def makers(lanes: list[RemoteLane]) -> list[Callable[[PointwiseSpec], RemotePassProcess]]:
-    """A process maker per lane, for ``PointwisePass.add_lanes``."""
+def makers(lanes: list[RemoteLane]) -> list[Callable[[EndToEndSpec], RemotePassProcess]]:
+    """A process maker per lane, for ``EndToEndPass.add_lanes``."""
     return [functools.partial(RemotePassProcess, lane=lane) for lane in lanes]
 
 
@@ -72,7 +72,7 @@ class RemotePassProcess:
     reason other than its time limit (lost, or failed: a model file that imports a module
     beside it finds none there), so the sweep runs it again on its own host."""
 
-    def __init__(self, spec: PointwiseSpec, lane: RemoteLane) -> None:
+    def __init__(self, spec: EndToEndSpec, lane: RemoteLane) -> None:
         self.spec, self.lane = spec, lane
         self.spawned_at = time.time()
         self.lost = False
@@ -83,7 +83,7 @@ class RemotePassProcess:
     def rerun_here(self) -> bool:
         return self.lost or self._failed
 
-    def run(self, timeout: float, grace: float = STOP_GRACE_S) -> PointwiseReport:
+    def run(self, timeout: float, grace: float = STOP_GRACE_S) -> EndToEndReport:
         """Run the pass there and wait for its report (``timeout`` s, then ``grace`` s for what it
         stored). Never raises."""
         import ray
@@ -94,14 +94,14 @@ class RemotePassProcess:
             reply = ray.get(self._ref, timeout=timeout + grace + 60)
         except ray.exceptions.GetTimeoutError:
             self.close()
-            return PointwiseReport(error=f"no answer from node {self.lane.node[:8]} in {timeout + grace:.0f} s",
+            return EndToEndReport(error=f"no answer from node {self.lane.node[:8]} in {timeout + grace:.0f} s",
                                    seconds=time.perf_counter() - started)
         except Exception as exc:  # the node or its worker died, or the task could not be placed
             self.lost = True
-            return PointwiseReport(error=f"its Ray node {self.lane.node[:8]} was lost: {type(exc).__name__}",
+            return EndToEndReport(error=f"its Ray node {self.lane.node[:8]} was lost: {type(exc).__name__}",
                                    seconds=time.perf_counter() - started)
         sigkilled = reply["rc"] == -signal.SIGKILL
-        report = report_from(reply["stdout"], self.spawned_at) or PointwiseReport(
+        report = report_from(reply["stdout"], self.spawned_at) or EndToEndReport(
             error=f"the process on node {self.lane.node[:8]} exited {reply['rc']} without a report")
         if reply["timed_out"]:
             report.error = f"timed out after {timeout:.0f} s" + (f" ({report.error})" if report.error else "")
@@ -125,7 +125,7 @@ class RemotePassProcess:
         task = ray.remote(run_module).options(
             max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(self.lane.node, soft=False),
             **dict(self.lane.resources))
-        return task.remote("autotune.pointwise", [there.to_json()], "go\n", files, timeout, grace)
+        return task.remote("autotune.sweep.end_to_end", [there.to_json()], "go\n", files, timeout, grace)
 
     def close(self) -> None:
         if self._ref is not None:

@@ -15,10 +15,10 @@ changed model, torch, Triton, config or device misses safely:
   the file is fetched by that path.
 - **Triton's native modules** (a kernel's launcher, the driver's utilities), which Triton builds
   with the C compiler when its own cache lacks them: fetched before the compiler runs. See
-  ``autotune/triton_modules.py``.
+  ``autotune/job/triton_modules.py``.
 - **Dynamo's package** (``caching_precompile``): ``DynamoCache.load`` reads
   ``<cache dir>/dynamo/<source id>/entry``; the entry is fetched there first.
-  See ``autotune/dynamo_package.py``.
+  See ``autotune/job/dynamo_package.py``.
 
 Every payload is verified against the trusted keys *before* it is handed to
 torch, i.e. before anything in it is unpickled, imported or dlopened. A

@@ -1,5 +1,5 @@
 """What a sweep is asked and what it returns: its options, each request's outcome, the report,
-and the progress interface the CLI implements (autotune/sweep_view.py). Plain data: no torch,
+and the progress interface the CLI implements (autotune/sweep/view.py). Plain data: no torch,
 no Ray, no database."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from autotune.inductor_glue.distributed import DistributedSpec
 
 from .plan import shape_summary
 
-if TYPE_CHECKING:  # the pass's report: pointwise.py imports torch's side of the pass
-    from .pointwise import PointwiseReport
+if TYPE_CHECKING:  # the pass's report: end_to_end.py imports torch's side of the pass
+    from .end_to_end import EndToEndReport
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class SweepReport:
     # From the pool being ready until the last GEMM result arrived.
     tuning_seconds: float = 0.0
     dry_run: bool = False
-    pointwise: PointwiseReport | None = None  # GPU sweeps: the pointwise/reduction pass
+    pointwise: EndToEndReport | None = None  # GPU sweeps: the pointwise/reduction pass
     models: list[ModelCapture] = field(default_factory=list)
     requeued: int = 0  # jobs started again after their worker was lost (its node died)
     adopted: int = 0  # lanes that took a spare tuning process started before Ray (workers/spares.py)
@@ -212,7 +212,7 @@ class SweepReport:
 
 
 class Progress(Protocol):
-    """What the sweep reports as it goes (the CLI shows it; autotune/sweep_view.py)."""
+    """What the sweep reports as it goes (the CLI shows it; autotune/sweep/view.py)."""
 
     def stage(self, message: str) -> None:
         """A phase begins: start-up, a model's capture, waiting for the workers."""

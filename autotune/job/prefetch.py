@@ -22,7 +22,7 @@ its verdict is kept, for the artifact tier to count when torch asks for it), and
 one warning with their count.
 
 The thread never raises into the job and never holds up exit (a daemon, asked at exit to end
-at its next step and never joined: autotune/exit_wait.py): a store error disables
+at its next step and never joined: autotune/job/exit_wait.py): a store error disables
 the cache with the hook's one warning, any other failure costs one warning and leaves every
 lookup to the database. It only reads.
 """
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Fetched in the order they are asked for, Triton's native modules first: a few kilobytes each, and
-# one not fetched yet when asked for is built, not waited for (autotune/triton_modules.py). Then
+# one not fetched yet when asked for is built, not waited for (autotune/job/triton_modules.py). Then
 # Dynamo's package before tracing, the AOTAutograd and FX graph entries before lowering, C++
 # libraries when a graph is loaded or built.
 KIND_ORDER = (ARTIFACT_TRITON_MODULE, ARTIFACT_DYNAMO, ARTIFACT_AOT_AUTOGRAD, ARTIFACT_FX_GRAPH, ARTIFACT_CPP_KERNEL)

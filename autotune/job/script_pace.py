@@ -1,6 +1,6 @@
 """Work the background install may skip goes mostly while the script leaves the CPU idle.
 
-The install on a thread (autotune/background.py; the opt-in, ``AUTOTUNE_BACKGROUND_INSTALL=1``:
+The install on a thread (autotune/job/background.py; the opt-in, ``AUTOTUNE_BACKGROUND_INSTALL=1``:
 the default start-up has no such work and never paces) overlaps the script's model building. Work the
 first compile needs (the hook, the prefetch) must be done by then, whatever it costs the script.
 Work it may not need, Inductor's pattern passes (a compile whose graphs the cache serves whole

@@ -2,7 +2,7 @@
 
 Capture compiles each model once in dry-run mode: seconds to a minute of CPU work per model,
 which the sweep did one model after another in its own process, while the GPUs waited for
-the requests. With several GPUs, each has a process (``python -m autotune.capture_lanes``,
+the requests. With several GPUs, each has a process (``python -m autotune.sweep.capture_lanes``,
 pinned to it by CUDA_VISIBLE_DEVICES: capture times padding verdicts on its GPU) that takes a
 model at a time, and every request goes to the sweep as it is found, as an in-process
 capture's does. The processes start with the sweep (``prestart``), so their imports overlap
@@ -63,7 +63,7 @@ def capture_side_by_side(specs: list[CaptureSpec], lanes: int,
     yield each request as found and each capture's end, in the order they come. ``started``:
     processes ``prestart`` began, one per lane, which the lanes use first. Closing the
     generator early (the sweep stopped) ends the processes still running and starts no more."""
-    from .pointwise import lane_gpus
+    from .end_to_end import lane_gpus
 
     inbox: queue.Queue[Found] = queue.Queue()
     work = _Work(list(specs))
@@ -90,7 +90,7 @@ def prestart(lanes: int, cuda: bool) -> list[LaneProcess]:
     """A capture process per lane, started before the sweep has its specs: each imports torch
     and Inductor (and starts CUDA) while the sweep loads its model files and starts Ray, which
     a capture process begun only then made the first requests wait for."""
-    from .pointwise import lane_gpus
+    from .end_to_end import lane_gpus
 
     return [LaneProcess(gpu, cuda) for gpu in lane_gpus(lanes)]
 
@@ -107,7 +107,7 @@ class LaneProcess:
             env["CUDA_VISIBLE_DEVICES"] = gpu
         self.gpu = gpu
         self._ended = False  # its output ended: it died, though the OS may not have reaped it yet
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.capture_lanes", *(["--cuda"] if cuda else [])],
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.sweep.capture_lanes", *(["--cuda"] if cuda else [])],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
     def capture(self, spec: CaptureSpec, send: Callable[[Found], None]) -> tuple[dict[str, Any] | None, str | None]:

@@ -1,6 +1,6 @@
 """Which end-to-end passes have finished: a mark per model, filed with the kernel configs.
 
-A sweep tunes its GEMMs, then runs the pass (``autotune.pointwise``) that tunes the
+A sweep tunes its GEMMs, then runs the pass (``autotune.sweep.end_to_end``) that tunes the
 pointwise/reduction kernels and stores the fusion and padding verdicts. A sweep cut after
 its GEMMs were stored (a job's time limit, a killed process) left that pass undone, and
 the next sweep found every GEMM cached, so it tuned nothing and skipped the pass: the
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .pointwise import PointwiseSpec
+    from .end_to_end import EndToEndSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ PREFIX = "pass:"
 STARTED = "started"  # the mark of a pass that began (its shares' marks read "rank-of-count")
 
 
-def digest(spec: PointwiseSpec) -> str:
+def digest(spec: EndToEndSpec) -> str:
     """The hash of what ``spec``'s pass compiles (not where, nor which share of it)."""
     source = hashlib.sha256(Path(spec.model_path).read_bytes()).hexdigest()
     what = {"model": source, "entry": spec.entry, "batch_sizes": list(spec.batch_sizes), "mode": spec.mode,
@@ -49,16 +49,16 @@ def digest(spec: PointwiseSpec) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def key(spec: PointwiseSpec) -> str:
+def key(spec: EndToEndSpec) -> str:
     rank, count = spec.shard
     return f"{PREFIX}{digest(spec)}/{rank}-of-{count}"
 
 
-def started_key(spec: PointwiseSpec) -> str:
+def started_key(spec: EndToEndSpec) -> str:
     return f"{PREFIX}{digest(spec)}/{STARTED}"
 
 
-def finished(marks: dict[str, Any], spec: PointwiseSpec) -> bool:
+def finished(marks: dict[str, Any], spec: EndToEndSpec) -> bool:
     """Whether some split of ``spec``'s pass has a mark for every share."""
     stem = f"{PREFIX}{digest(spec)}/"
     shares: dict[int, set[int]] = {}
@@ -71,7 +71,7 @@ def finished(marks: dict[str, Any], spec: PointwiseSpec) -> bool:
     return any(ranks >= set(range(count)) for count, ranks in shares.items())
 
 
-def unfinished(store: Any, env: Any, specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
+def unfinished(store: Any, env: Any, specs: list[EndToEndSpec]) -> list[EndToEndSpec]:
     """The specs whose pass has no complete mark in ``store`` under ``env``. A store that
     cannot be read counts as no marks: the pass runs, as it did before marks existed (a pass
     too many costs minutes; a skipped one costs every job)."""
@@ -79,7 +79,7 @@ def unfinished(store: Any, env: Any, specs: list[PointwiseSpec]) -> list[Pointwi
     return [spec for spec in specs if not finished(marks, spec)]
 
 
-def resumable(marks: dict[str, Any], specs: list[PointwiseSpec]) -> list[PointwiseSpec]:
+def resumable(marks: dict[str, Any], specs: list[EndToEndSpec]) -> list[EndToEndSpec]:
     """The specs whose pass began and never finished: their GEMMs were stored before it began."""
     return [spec for spec in specs if started_key(spec) in marks and not finished(marks, spec)]
 
@@ -94,17 +94,17 @@ def read(store: Any, env: Any) -> dict[str, Any]:
         return {}
 
 
-def mark_started(store: Any, env: Any, spec: PointwiseSpec) -> None:
+def mark_started(store: Any, env: Any, spec: EndToEndSpec) -> None:
     """Leave the mark of a pass that began. Never raises: without it a resumed sweep only waits longer."""
     _put(store, env, started_key(spec), spec, "began")
 
 
-def mark_finished(store: Any, env: Any, spec: PointwiseSpec) -> None:
+def mark_finished(store: Any, env: Any, spec: EndToEndSpec) -> None:
     """Leave ``spec``'s mark. Never raises: the pass's work is stored already."""
     _put(store, env, key(spec), spec, "finished")
 
 
-def _put(store: Any, env: Any, name: str, spec: PointwiseSpec, what: str) -> None:
+def _put(store: Any, env: Any, name: str, spec: EndToEndSpec, what: str) -> None:
     value = {"model": Path(spec.model_path).name, "batch_sizes": list(spec.batch_sizes), "train": spec.train,
              "dynamic": spec.dynamic, "host": socket.gethostname(),
              "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

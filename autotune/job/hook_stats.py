@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.cache.records import TuningRequest
-
-from .plan import shape_summary
+from autotune.sweep.plan import shape_summary
 
 
 class CacheMissError(RuntimeError):
@@ -73,16 +72,16 @@ class HookStats:
     # C++ libraries (kernels, Inductor's vector-ISA probes) this process compiled while the tier
     # read: none was stored under their key, or it was rejected. 0 on a node the sweep served.
     cpp_compiled: int = 0
-    # The sweep's end-to-end pass only: each hit it timed in the graph's process (autotune/in_graph.py).
+    # The sweep's end-to-end pass only: each hit it timed in the graph's process (autotune/job/in_graph.py).
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     # Benchmarks of any kind since the hook was installed: Inductor's GEMM/conv, pointwise and
     # coordinate-descent tuning, and the fusion and padding verdicts timed here. 0 when every
     # answer came from the cache. Brought up to date by ``WarmStart.stats``.
     benchmarks: int = 0
     # Calls this process made to the database, its own and, on local rank 0 of a torchrun job,
-    # those it made for the node's other ranks (autotune/node_share.py); 0 on those ranks.
+    # those it made for the node's other ranks (autotune/job/node_share.py); 0 on those ranks.
     database_calls: int = 0
-    # The prefetch (autotune/prefetch.py): stored results and verified artifacts it held in
+    # The prefetch (autotune/job/prefetch.py): stored results and verified artifacts it held in
     # memory, the seconds it took, and how often and how long compiles waited for it.
     prefetched_rows: int = 0
     prefetched_artifacts: int = 0
@@ -92,8 +91,8 @@ class HookStats:
     # The install: seconds from warm_start() to the hook in place; on a thread, the seconds it
     # then spent on the first compile's set-ups and Inductor's pattern passes (waiting its turn
     # beside a busy script included), how many passes it registered before the first compile,
-    # and how long torch.compile and the script's imports of torch's modules waited for it (autotune/background.py,
-    # autotune/import_gate.py).
+    # and how long torch.compile and the script's imports of torch's modules waited for it (autotune/job/background.py,
+    # autotune/job/import_gate.py).
     install_s: float = 0.0
     prewarm_s: float = 0.0
     passes_prewarmed: int = 0

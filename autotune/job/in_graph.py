@@ -24,7 +24,7 @@ figures for a call that is slow to launch, such as cuBLAS's bias epilogue, count
 while a compile ran beside them, and came out far slower than alone; with the launch left out,
 worker and pass agree on the transformer.
 
-Pure: no database, no Inductor. ``ServePolicy`` (autotune/serve_policy.py) feeds it and stores the result.
+Pure: no database, no Inductor. ``ServePolicy`` (autotune/job/serve_policy.py) feeds it and stores the result.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.cache.records import TuningResult
-
-from .plan import shape_summary
+from autotune.sweep.plan import shape_summary
 
 SOURCE = "in_graph"  # Provenance.source of a result rewritten with its in-graph verdict
 

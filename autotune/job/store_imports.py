@@ -6,7 +6,7 @@ was handed unfinished ones, which disabled a job's cache. So every user of the s
 By default that is the prefetch's thread (its first read opens the store), or a compile's first
 lookup where the prefetch is off: the warm start starts no thread for them.
 
-With the install on a thread (``AUTOTUNE_BACKGROUND_INSTALL=1``, autotune/background.py),
+With the install on a thread (``AUTOTUNE_BACKGROUND_INSTALL=1``, autotune/job/background.py),
 ``start()`` imports them on a thread of their own, started before Inductor's imports: a compile
 called at once then found the store open rather than waiting for them through the prefetch.
 Beside Inductor's imports they take turns with them on the GIL and lengthen them; made first on
@@ -46,7 +46,7 @@ def _import_once() -> None:
         if threading.current_thread() is not threading.main_thread():
             # The prefetch's thread (a daemon): the interpreter's exit lets its imports end first,
             # as it joins start()'s thread; imports left running into finalization printed errors
-            # about half-torn-down modules (autotune/exit_wait.py).
+            # about half-torn-down modules (autotune/job/exit_wait.py).
             exit_wait.stop_at_exit(threading.current_thread(), stop=_let_imports_end)
         try:
             _import_store_modules()

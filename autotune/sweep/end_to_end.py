@@ -7,14 +7,14 @@ signed, so a fresh node loads them instead of compiling.
 
 Which pointwise kernels a model has depends on which GEMMs won (a winning
 Triton template absorbs its epilogue), so a model's pass runs once its own
-GEMM requests are answered (autotune/pass_readiness.py), beside the tuning of
+GEMM requests are answered (autotune/sweep/pass_readiness.py), beside the tuning of
 other models' requests, its timings taking turns with theirs on the GPU
 (inductor_glue/gpu_lock.py): one compile with the warm-start hook (every GEMM a
 hit) and one run, in which Inductor tunes each pointwise/reduction kernel as
 max-autotune does, and the hook copies each winning config into the cache. A job on a fresh node then
 compiles with those configs and tunes nothing.
 
-It runs in its own fresh process (``python -m autotune.pointwise``), as a job
+It runs in its own fresh process (``python -m autotune.sweep.end_to_end``), as a job
 would: in the sweep's process, which has compiled the model once already for
 capture, some kernels came out with different source (so different keys) on a
 GPU. The process starts while the GEMMs are tuned (imports, CUDA, the model),
@@ -50,10 +50,10 @@ from autotune.inductor_glue.capture import (
 from autotune.inductor_glue.distributed import DistributedSpec, job_process_group, wrap
 from autotune.inductor_glue.env import reprobe_vec_isa
 from autotune.inductor_glue.modelfile import ModelFile
+from autotune.settings import Settings
 from autotune.workers.faults import inject_fault
 
 from .pass_readiness import ModelReadiness
-from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ _VERDICT_COUNTS = ("fusion_verdicts_saved", "fusion_verdicts_served", "pad_decis
 
 
 @dataclass
-class PointwiseReport:
+class EndToEndReport:
     saved: int = 0  # kernel configs copied into the cache
     loaded: int = 0  # already there from an earlier sweep or job
     gemm_hits: int = 0
@@ -204,7 +204,7 @@ def tune_pointwise(
     time_in_graph: bool = False,
     dynamic: bool = False,
     distributed: DistributedSpec | None = None,
-) -> PointwiseReport:
+) -> EndToEndReport:
     """Compile and run ``model`` with the hook installed, as capture did: once per batch
     size, and in the dynamic graphs capture compiled (``compile_sessions``: a dynamic
     kernel's source differs from its static twin's, so it has its own tuned config).
@@ -213,7 +213,7 @@ def tune_pointwise(
     ``time_in_graph``: the first compile times each served GEMM in this process and stores
     the verdict. A published graph must hold no kernel it was compiled without a tuned
     config for: ``follow_up`` adds the compiles that make sure of it."""
-    report = PointwiseReport()
+    report = EndToEndReport()
     started = time.perf_counter()
     try:
         for session in compile_sessions(batch_sizes, dynamic):
@@ -246,15 +246,14 @@ def tune_pointwise(
 
 def _compile_once(model: ModelFile, current: Pass, session: Session, mode: str,
                   inductor_config: dict[str, Any] | None, train: bool, device: str,
-                  report: PointwiseReport, distributed: DistributedSpec | None = None) -> tuple[Any, bool]:
+                  report: EndToEndReport, distributed: DistributedSpec | None = None) -> tuple[Any, bool]:
     """One compile and run of the model, its hook stats counted into ``report``. Also
     whether it withheld its artifacts: a publishing compile that tuned a kernel, whose
     graph was compiled before that kernel's config was known (when it may run again)."""
     import torch
 
     from autotune.inductor_glue.timing import kernel_bound_timing
-
-    from .hook import warm_start_for_pass
+    from autotune.job.hook import warm_start_for_pass
 
     module, inputs, later = build_session(model, session)
     overrides = {**model.config_overrides, **(inductor_config or {})}
@@ -386,7 +385,7 @@ def plan_lanes(models: int, gpus: int, costs: Sequence[float] | None = None) -> 
     return [[Shard(model, rank, counts[model])] for model in range(models) for rank in range(counts[model])]
 
 
-def rank_copies(specs: list[PointwiseSpec], gpus: int) -> list[PointwiseSpec]:
+def rank_copies(specs: list[EndToEndSpec], gpus: int) -> list[EndToEndSpec]:
     """The passes a distributed GPU job's other local ranks need: rank r compiles on cuda:r, and
     the device index is part of the FX-graph key (its inputs' devices) and of every generated
     kernel's source (so of its tuned config's file name). A pass on cuda:0 serves rank 0 alone;
@@ -414,7 +413,7 @@ def pass_lanes(models: int, gpus: int, per_gpu: int, splits: bool) -> int:
 
 def lane_gpus(lanes: int, gpus: int | None = None) -> list[str | None]:
     """The device each lane pins its processes to, within the sweep's own CUDA_VISIBLE_DEVICES
-    (the passes' lanes, and capture's: autotune/capture_lanes.py): lane i on GPU i mod ``gpus``
+    (the passes' lanes, and capture's: autotune/sweep/capture_lanes.py): lane i on GPU i mod ``gpus``
     (default: a GPU per lane)."""
     if lanes <= 1:
         return [None]
@@ -423,8 +422,8 @@ def lane_gpus(lanes: int, gpus: int | None = None) -> list[str | None]:
     return [visible[i % gpus] if i % gpus < len(visible) else str(i % gpus) for i in range(lanes)]
 
 
-def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseReport:
-    merged = PointwiseReport(seconds=seconds)
+def merge_reports(reports: list[EndToEndReport], seconds: float) -> EndToEndReport:
+    merged = EndToEndReport(seconds=seconds)
     for report in reports:
         for name in ("saved", "loaded", "gemm_hits", "gemm_misses", "artifacts_published", "packages_refused",
                      "republished", "requeued", *_VERDICT_COUNTS):
@@ -445,7 +444,7 @@ def merge_reports(reports: list[PointwiseReport], seconds: float) -> PointwiseRe
     return merged
 
 
-class PointwisePass:
+class EndToEndPass:
     """Every model's end-to-end pass, spread over this host's GPUs.
 
     The first process of each lane starts at once (imports, CUDA, the model) and
@@ -453,7 +452,7 @@ class PointwisePass:
     never split: its publishing compile needs every one of its kernels tuned first.
     """
 
-    def __init__(self, specs: list[PointwiseSpec], gpus: int = 1, costs: Sequence[float] | None = None,
+    def __init__(self, specs: list[EndToEndSpec], gpus: int = 1, costs: Sequence[float] | None = None,
                  cost_of: Callable[[str], float] | None = None, per_gpu: int = 1) -> None:
         """``costs``: each spec's expected pass time, or a proxy (the sweep gives each model's
         GEMM lookups), for ``plan_lanes`` to start the longest first. ``cost_of``: the same for
@@ -468,8 +467,8 @@ class PointwisePass:
         self.units = [[dataclasses.replace(specs[s.model], shard=[s.rank, s.count], gpu=self.gpu_ids[i])
                        for s in lane] for i, lane in enumerate(self.lanes)]
         self.units += [[copy] for copy in copies]  # each its own lane, side by side
-        self.first = [PointwiseProcess(lane[0]) for lane in self.units]
-        self._waiting_first: list[PointwiseProcess | None] = list(self.first)  # not yet taken by its lane
+        self.first = [EndToEndProcess(lane[0]) for lane in self.units]
+        self._waiting_first: list[EndToEndProcess | None] = list(self.first)  # not yet taken by its lane
         # The passes after each lane's first, longest first: a lane that is free takes the first
         # of them whose model's GEMMs are answered, whichever lane plan_lanes dealt it to.
         weight = list(costs) if costs is not None and len(costs) == len(specs) else [1.0] * len(specs)
@@ -483,7 +482,7 @@ class PointwisePass:
         self.started: list[PassProcess] = []  # the later passes' processes, for close()
         # Lanes added while the pass runs (add_lanes: another node's GPUs), and their reports.
         self._extra: list[threading.Thread] = []
-        self._extra_reports: list[PointwiseReport] = []
+        self._extra_reports: list[EndToEndReport] = []
         self._finished = False  # every planned lane ended: a lane added now would find nothing
         self._running = threading.Event()  # run() began: the added lanes have its arguments
         self._run_args: tuple[float, Callable[[str], None] | None, ModelReadiness | None] = (0.0, None, None)
@@ -494,7 +493,7 @@ class PointwisePass:
         return sum(len(lane) for lane in self.units)
 
     def run(self, timeout: float, on_done: Callable[[str], None] | None = None,
-            readiness: ModelReadiness | None = None) -> PointwiseReport:
+            readiness: ModelReadiness | None = None) -> EndToEndReport:
         """Run every lane side by side; ``on_done`` gets each process's model file as it ends
         (the sweep's progress). With ``readiness`` a pass starts once its model's GEMMs are
         answered, while other requests are still being tuned; without, at once. Never raises."""
@@ -514,9 +513,9 @@ class PointwisePass:
         merged.skipped = list(self.skipped)
         return merged
 
-    def add_lanes(self, makers: Sequence[Callable[[PointwiseSpec], PassProcess]]) -> int:
+    def add_lanes(self, makers: Sequence[Callable[[EndToEndSpec], PassProcess]]) -> int:
         """More lanes while the pass runs, each starting its passes with its maker (a pass on
-        another node's GPU: autotune/remote_passes.py); they take the passes no lane has begun.
+        another node's GPU: autotune/sweep/remote_passes.py); they take the passes no lane has begun.
         How many were added (none once every planned lane has ended)."""
         with self._taking:
             if self._finished or self._closed:
@@ -528,7 +527,7 @@ class PointwisePass:
                 thread.start()
         return len(makers)
 
-    def _run_extra_lane(self, make: Callable[[PointwiseSpec], PassProcess]) -> None:
+    def _run_extra_lane(self, make: Callable[[EndToEndSpec], PassProcess]) -> None:
         self._running.wait()
         timeout, on_done, readiness = self._run_args
         reports = self._run_lane(None, timeout, on_done, readiness, make)
@@ -537,7 +536,7 @@ class PointwisePass:
 
     def _run_lane(self, index: int | None, timeout: float, on_done: Callable[[str], None] | None,
                   readiness: ModelReadiness | None,
-                  make: Callable[[PointwiseSpec], PassProcess] | None = None) -> list[PointwiseReport]:
+                  make: Callable[[EndToEndSpec], PassProcess] | None = None) -> list[EndToEndReport]:
         """The lane's passes one after another: its first (started early), then whichever later
         pass is ready first (an added lane, ``index`` None, has no first and starts its passes
         with ``make``). A pass whose process was SIGKILLed by someone else (the OOM killer), or
@@ -555,7 +554,7 @@ class PointwisePass:
                 with self._taking:
                     if self._closed:
                         break
-                    again = PointwiseProcess(spec if index is not None else dataclasses.replace(spec, gpu=None))
+                    again = EndToEndProcess(spec if index is not None else dataclasses.replace(spec, gpu=None))
                     self.started.append(again)
                 report = again.run(timeout)
                 report.requeued += 1
@@ -569,7 +568,7 @@ class PointwisePass:
         return reports
 
     def _take(self, index: int | None, readiness: ModelReadiness | None, on_done: Callable[[str], None] | None,
-              make: Callable[[PointwiseSpec], PassProcess] | None = None) -> tuple[PointwiseSpec, PassProcess] | None:
+              make: Callable[[EndToEndSpec], PassProcess] | None = None) -> tuple[EndToEndSpec, PassProcess] | None:
         """The lane's next pass: its own first while that is ready, else the costliest ready
         later one (a rank's copy takes its own only); waits while none is. A model whose pass is
         skipped is dropped. None: nothing is left."""
@@ -596,7 +595,7 @@ class PointwisePass:
                     chosen = max(ready, key=lambda i: self._cost(candidates[i]))  # ties: the first
                     gpu = self.gpu_ids[index] if index is not None else None  # an added lane's node gives it one
                     spec = dataclasses.replace(self._later.pop(chosen - len(own)), gpu=gpu)
-                    process = (make or PointwiseProcess)(spec)
+                    process = (make or EndToEndProcess)(spec)
                     self.started.append(process)
                     return spec, process
             if skipped:
@@ -606,7 +605,7 @@ class PointwisePass:
             assert readiness is not None
             readiness.first_ready([spec.model_path for spec in candidates], timeout=1.0)
 
-    def _drop(self, index: int | None, later: int, spec: PointwiseSpec) -> None:
+    def _drop(self, index: int | None, later: int, spec: EndToEndSpec) -> None:
         """Leave out a skipped model's pass (the lock held): ``later`` is its place among the later
         passes, or negative for the lane's own first, whose waiting process then ends."""
         if later < 0 and index is not None:
@@ -619,7 +618,7 @@ class PointwisePass:
         self.skipped.append(spec.model_path)
         log.info("no end-to-end pass for %s: every GEMM was cached and its last pass finished", spec.model_path)
 
-    def _cost(self, spec: PointwiseSpec) -> float:
+    def _cost(self, spec: EndToEndSpec) -> float:
         return self._cost_of(spec.model_path) if self._cost_of is not None else 0.0
 
     def close(self) -> None:
@@ -637,7 +636,7 @@ _RESULT = "POINTWISE "
 
 
 @dataclass
-class PointwiseSpec:
+class EndToEndSpec:
     """Everything the process needs, as plain data (it travels in argv)."""
 
     model_path: str
@@ -666,7 +665,7 @@ class PointwiseSpec:
 
 
 class PassProcess(Protocol):
-    """A pass's process: here (PointwiseProcess), or on another node (remote_passes.py)."""
+    """A pass's process: here (EndToEndProcess), or on another node (remote_passes.py)."""
 
     @property
     def rerun_here(self) -> bool:
@@ -676,15 +675,15 @@ class PassProcess(Protocol):
     def lost(self) -> bool:
         """Where it ran is gone: its lane takes nothing more."""
 
-    def run(self, timeout: float) -> PointwiseReport: ...
+    def run(self, timeout: float) -> EndToEndReport: ...
 
     def close(self) -> None: ...
 
 
-class PointwiseProcess:
+class EndToEndProcess:
     """The fresh process: started early, told to go once the GEMM winners are stored."""
 
-    def __init__(self, spec: PointwiseSpec) -> None:
+    def __init__(self, spec: EndToEndSpec) -> None:
         from autotune.workers.child import clean_environment
 
         env = clean_environment()
@@ -692,10 +691,10 @@ class PointwiseProcess:
             env["CUDA_VISIBLE_DEVICES"] = spec.gpu
         self.spawned_at = time.time()
         self._stopped = False  # sent SIGTERM by us (its timeout), or killed by us
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.pointwise", spec.to_json()],
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.sweep.end_to_end", spec.to_json()],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
 
-    def run(self, timeout: float, grace: float = STOP_GRACE_S) -> PointwiseReport:
+    def run(self, timeout: float, grace: float = STOP_GRACE_S) -> EndToEndReport:
         """Go, wait for the report (at most ``timeout`` s); past it, tell the process to stop
         and give it ``grace`` s to store what it tuned and report. Never raises."""
         started = time.perf_counter()
@@ -708,8 +707,8 @@ class PointwiseProcess:
             return report
         except (OSError, ValueError) as exc:  # it died while starting: a closed pipe
             self.close()
-            return PointwiseReport(error=f"the process died: {exc}", seconds=time.perf_counter() - started)
-        return self._report(stdout) or PointwiseReport(
+            return EndToEndReport(error=f"the process died: {exc}", seconds=time.perf_counter() - started)
+        return self._report(stdout) or EndToEndReport(
             error=f"the process exited {self.proc.returncode} without a report", seconds=time.perf_counter() - started)
 
     @property
@@ -727,7 +726,7 @@ class PointwiseProcess:
     def lost(self) -> bool:
         return False  # this host is the sweep's own
 
-    def _stop(self, grace: float) -> PointwiseReport:
+    def _stop(self, grace: float) -> EndToEndReport:
         """SIGTERM, then the report the process writes once it has stored what it tuned; killed
         if it has none within ``grace`` s."""
         self._stopped = True
@@ -736,10 +735,10 @@ class PointwiseProcess:
             stdout, _ = self.proc.communicate(timeout=grace)
         except (subprocess.TimeoutExpired, OSError, ValueError):
             self.close()
-            return PointwiseReport(error=f"killed: no report {grace:.0f} s after SIGTERM")
-        return self._report(stdout) or PointwiseReport(error=f"exited {self.proc.returncode} without a report")
+            return EndToEndReport(error=f"killed: no report {grace:.0f} s after SIGTERM")
+        return self._report(stdout) or EndToEndReport(error=f"exited {self.proc.returncode} without a report")
 
-    def _report(self, stdout: str) -> PointwiseReport | None:
+    def _report(self, stdout: str) -> EndToEndReport | None:
         return report_from(stdout, self.spawned_at)
 
     def close(self) -> None:
@@ -749,18 +748,18 @@ class PointwiseProcess:
         self.proc.wait()
 
 
-def report_from(stdout: str, spawned_at: float) -> PointwiseReport | None:
+def report_from(stdout: str, spawned_at: float) -> EndToEndReport | None:
     """The report a pass process printed last, its start-up counted from ``spawned_at``."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(_RESULT):
-            report = PointwiseReport(**json.loads(line[len(_RESULT):]))
+            report = EndToEndReport(**json.loads(line[len(_RESULT):]))
             if report.ready_at is not None:
                 report.startup_seconds = round(report.ready_at - spawned_at, 3)
             return report
     return None
 
 
-def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
+def _serve(spec: EndToEndSpec, go: IO[str]) -> EndToEndReport:
     import torch
 
     from autotune.inductor_glue.env import pin_triton_toolchain
@@ -773,7 +772,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
         torch.cuda.init()
     ready, ready_at = time.perf_counter(), time.time()
     if go.readline().strip() != "go":  # the sweep ended without storing winners
-        return PointwiseReport(error="cancelled")
+        return EndToEndReport(error="cancelled")
     idle = time.perf_counter() - ready
     settings = Settings.from_env(cache=spec.cache, signing_key=spec.signing_key)
     inject_fault(settings.fault_inject, f"pass:{Path(spec.model_path).stem}")
@@ -794,7 +793,7 @@ def _serve(spec: PointwiseSpec, go: IO[str]) -> PointwiseReport:
     return report
 
 
-def _leave_mark(spec: PointwiseSpec, settings: Settings, finished: bool) -> None:
+def _leave_mark(spec: EndToEndSpec, settings: Settings, finished: bool) -> None:
     """Tell later sweeps this pass began, or is done (``pass_marks``); a read-only cache takes no
     mark, nor does another rank's copy of a pass (``rank_copies``: the cuda:0 pass marks the model)."""
     if settings.read_only or spec.device_index:
@@ -818,14 +817,14 @@ def _leave_mark(spec: PointwiseSpec, settings: Settings, finished: bool) -> None
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING)
-    spec = PointwiseSpec(**json.loads(argv[0]))
+    spec = EndToEndSpec(**json.loads(argv[0]))
     _stop_on_signals()
     try:
         report = _serve(spec, sys.stdin)
     except PassStopped:  # before the pass began (loading the model, waiting for the word)
-        report = PointwiseReport(error="stopped before the pass began")
+        report = EndToEndReport(error="stopped before the pass began")
     except Exception as exc:  # a model that fails to load here loaded fine in capture: report, do not crash
-        report = PointwiseReport(error=f"{type(exc).__name__}: {exc}")
+        report = EndToEndReport(error=f"{type(exc).__name__}: {exc}")
     sys.stdout.write(_RESULT + json.dumps(report.to_json()) + "\n")
     sys.stdout.flush()
     os._exit(0)  # compile workers and CUDA teardown are not worth waiting for

@@ -1,0 +1,27 @@
+"""The sweep's wing: ``autotune sweep MODEL.py``, from capture to the report.
+
+Capture (capture_lanes.py), the plan (plan.py), the queue and its leases (queue.py), the tuning on
+Ray workers, the end-to-end pass (end_to_end.py, with its marks, readiness, resumption and remote
+lanes) and the report (report.py, view.py, log_file.py). What to tune is the strategy
+(strategy.py); how it runs, the runner (runner.py). It may import the job's wing (the end-to-end
+pass compiles as a job does); the job never imports it (tests/test_layout.py).
+
+The names below are handed on lazily, so that importing one module of the wing (the report, the
+log file) does not import the runner's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .runner import pass_costs, run_sweep, spare_count
+
+__all__ = ["pass_costs", "run_sweep", "spare_count"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module(".runner", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
