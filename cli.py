@@ -57,10 +57,10 @@ from autotune.listing import (
     winner_label,
 )
 from autotune.settings import ON_MISS, Settings, SettingsError
+from autotune.shapes import fmt_ms as _fmt_ms
+from autotune.shapes import fmt_speedup as _fmt_speedup
+from autotune.shapes import shape_summary
 from autotune.sweep.log_file import LogUnavailable
-from autotune.sweep.plan import fmt_ms as _fmt_ms
-from autotune.sweep.plan import fmt_speedup as _fmt_speedup
-from autotune.sweep.plan import shape_summary
 from autotune.workers.errors import WorkerError
 
 if TYPE_CHECKING:

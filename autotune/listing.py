@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from autotune.cache import ArtifactInfo, MissRecord, TuningResult
-from autotune.sweep.plan import shape_summary
+from autotune.shapes import shape_summary
 
 
 def winner_label(result: TuningResult) -> str:

@@ -67,7 +67,7 @@ _SWEPT: dict[str, str] = {}  # the example's cache after its first sweep, made o
 def _swept_example(timeout: float = 1800) -> str:
     """The URL of a SQLite cache into which ``autotune sweep EXAMPLE`` has run once (captured and
     tuned), made the first time it is asked for, untimed: what a second sweep of an unchanged,
-    fully cached model finds (its capture is replayed: autotune/capture_reuse.py)."""
+    fully cached model finds (its capture is replayed: autotune/sweep/capture_reuse.py)."""
     if "url" not in _SWEPT:
         folder = Path(tempfile.mkdtemp(prefix="cli_latency_swept_"))
         url = f"sqlite:///{folder / 'cache.db'}"

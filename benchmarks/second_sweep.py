@@ -3,7 +3,7 @@
 Each sweep is the whole ``autotune sweep MODEL --cache sqlite:///...`` command in a fresh
 process: first the sweep that captures and tunes the model into a fresh SQLite cache, then
 ``--samples`` sweeps of the same model into that cache, each of which replays the stored
-capture (``autotune/capture_reuse.py``) and tunes nothing. One more, ``--force``-free but with
+capture (``autotune/sweep/capture_reuse.py``) and tunes nothing. One more, ``--force``-free but with
 the Inductor cache emptied, shows that the replay does not lean on Inductor's own caches. The
 system's load average is kept beside each time: on a shared machine it says what else ran.
 

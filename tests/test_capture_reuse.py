@@ -1,5 +1,5 @@
 """A sweep whose model file, options and environment match a finished capture replays it
-(autotune/capture_reuse.py): real Inductor compiles on CPU, a real SQLite and PostgreSQL."""
+(autotune/sweep/capture_reuse.py): real Inductor compiles on CPU, a real SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune import capture_reuse
 from autotune.cache import Store
 from autotune.cache.records import TuningRequest
 from autotune.inductor_glue.env import kernel_config_environment
 from autotune.inductor_glue.modelfile import load_model_file
 from autotune.settings import Settings
-from autotune.sweep import run_sweep
+from autotune.sweep import capture_reuse, run_sweep
 from autotune.sweep.report import SweepOptions, SweepReport
 from autotune.sweep.view import summary_lines
 

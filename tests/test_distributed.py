@@ -159,7 +159,7 @@ def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
 def test_a_ranks_end_to_end_pass_is_marked_apart_from_the_bare_models() -> None:
     """A sweep --ddp compiles other graphs than a plain sweep: their pass marks differ."""
     from autotune.sweep import pass_marks
-    from autotune.sweep.end_to_end import EndToEndSpec
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     bare = EndToEndSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu")
     ddp = EndToEndSpec(MODEL, "example", [None], "max-autotune", {}, True, None, device="cpu",

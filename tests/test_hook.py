@@ -223,7 +223,8 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
 
     from autotune.inductor_glue.env import kernel_config_environment
     from autotune.sweep import pass_marks
-    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
+    from autotune.sweep.end_to_end import EndToEndProcess
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     # On CPU there are no pointwise configs to tune; this runs the sweep's last step
     # end to end: a fresh process that loads the model, waits for the word, compiles
@@ -246,7 +247,8 @@ def test_the_pointwise_process_compiles_the_model_with_every_gemm_served_and_mar
 
 @pytest.mark.slow
 def test_a_cancelled_pointwise_process_exits_quietly(swept: str) -> None:
-    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
+    from autotune.sweep.end_to_end import EndToEndProcess
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     process = EndToEndProcess(EndToEndSpec(TINY, "example", [None], "max-autotune", {}, False, swept, device="cpu"))
     assert process.proc.stdin is not None
@@ -265,7 +267,8 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
     from autotune.inductor_glue.env import kernel_config_environment
     from autotune.job.in_graph import SOURCE
     from autotune.sweep import pass_marks
-    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
+    from autotune.sweep.end_to_end import EndToEndProcess
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "stopped.db")
     spec = EndToEndSpec(TINY, "stops_its_pass", [None], "max-autotune", {}, False, url, device="cpu",
@@ -285,7 +288,8 @@ def test_a_pass_told_to_stop_stores_what_it_timed_and_leaves_only_its_started_ma
 @pytest.mark.slow
 def test_a_pass_past_its_timeout_is_stopped_and_still_reports(
         swept: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
+    from autotune.sweep.end_to_end import EndToEndProcess
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     hanging = tmp_path / "hanging"
     monkeypatch.setenv("TINY_HANG_PASS", str(hanging))  # building the model for the pass hangs
@@ -311,7 +315,8 @@ def test_the_pass_times_served_gemms_in_the_graph_and_jobs_weigh_its_verdict(swe
     from conftest import copy_sqlite
 
     from autotune.job.in_graph import SOURCE
-    from autotune.sweep.end_to_end import EndToEndProcess, EndToEndSpec
+    from autotune.sweep.end_to_end import EndToEndProcess
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     url = copy_sqlite(Path(swept.removeprefix("sqlite:///")), tmp_path / "verdict.db")
     spec = EndToEndSpec(TINY, "example", [None], "max-autotune", {}, False, url, device="cpu", time_in_graph=True)

@@ -158,7 +158,8 @@ def test_the_longest_passes_start_first_on_the_least_loaded_lanes() -> None:
 def test_a_distributed_gpu_pass_compiles_on_each_rank_device() -> None:
     """Rank r of a GPU job compiles on cuda:r, and Inductor keys graphs and kernels by that
     index: the sweep's pass runs once per device index, up to the job's world size and the GPUs."""
-    from autotune.sweep.end_to_end import EndToEndSpec, rank_copies
+    from autotune.sweep.end_to_end import rank_copies
+    from autotune.sweep.pass_spec import EndToEndSpec
 
     def spec(device: str, world: int | None) -> EndToEndSpec:
         dist = None if world is None else {"kind": "ddp", "world_size": world, "bucket_cap_mb": None}

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sweep.end_to_end import EndToEndPass, EndToEndProcess, EndToEndSpec
+from autotune.sweep.end_to_end import EndToEndPass, EndToEndProcess
 from autotune.sweep.pass_readiness import ModelReadiness
+from autotune.sweep.pass_spec import EndToEndSpec
 
 MODELS = Path(__file__).parent / "models"
 MLP, BMM, BLOCK = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py"), str(MODELS / "tiny_block.py")

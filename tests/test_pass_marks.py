@@ -12,7 +12,7 @@ from factories import make_env
 
 from autotune.cache.store import Store
 from autotune.sweep import pass_marks
-from autotune.sweep.end_to_end import EndToEndSpec
+from autotune.sweep.pass_spec import EndToEndSpec
 
 
 def _spec(model: Path, **changes: object) -> EndToEndSpec:

@@ -8,7 +8,8 @@ import pytest
 
 from autotune.cache.records import InputLayout, TuningRequest
 from autotune.settings import Settings, SettingsError
-from autotune.sweep.plan import dedupe, make_plan, shape_summary
+from autotune.shapes import shape_summary
+from autotune.sweep.plan import dedupe, make_plan
 
 
 def _request(op: str = "mm", m: int = 64, hashes: tuple[str, ...] = ("a", "b")) -> TuningRequest:

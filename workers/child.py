@@ -34,18 +34,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from .environment import clean_environment
+
 log = logging.getLogger(__name__)
-
-# Variables Ray sets in its workers that a job process does not have.
-_RAY_ONLY = ("PYTHONBREAKPOINT", "SPT_NOENV", "OMP_NUM_THREADS")
-
-
-def clean_environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k not in _RAY_ONLY}
-    # The child must import this project wherever the actor found it.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return env
-
 
 class ChildDied(Exception):
     """The child exited (crash) or was killed (timeout) before answering."""

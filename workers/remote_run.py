@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .actor import _node_id
-from .child import clean_environment
+from .environment import clean_environment
 
 
 def run_module(module: str, argv: list[str], stdin: str, files: dict[str, str], timeout: float,

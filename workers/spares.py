@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .environment import clean_environment
+
 log = logging.getLogger(__name__)
 
 JOBS, RESULTS, CLAIMED, PID = "jobs", "results", "claimed", "pid"
@@ -65,8 +67,6 @@ class Spares:
     """``count`` spare children in a fresh directory; ``close`` kills them all."""
 
     def __init__(self, count: int) -> None:
-        from .child import clean_environment
-
         self.root = Path(tempfile.mkdtemp(prefix="autotune-spares-"))
         self.procs: list[subprocess.Popen[bytes]] = []
         env = clean_environment()

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.cache.records import TuningRequest
-from autotune.sweep.plan import shape_summary
+from autotune.shapes import shape_summary
 
 
 class CacheMissError(RuntimeError):

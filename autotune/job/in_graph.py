@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.cache.records import TuningResult
-from autotune.sweep.plan import shape_summary
+from autotune.shapes import shape_summary
 
 SOURCE = "in_graph"  # Provenance.source of a result rewritten with its in-graph verdict
 

@@ -28,17 +28,23 @@ import os
 import platform
 import struct
 import sysconfig
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autotune.cache.records import ARTIFACT_TRITON_MODULE
 from autotune.inductor_glue import seams
 from autotune.inductor_glue.local_cache import write_atomic
 from autotune.inductor_glue.patching import StackedPatch
 
-if TYPE_CHECKING:
-    from .artifacts import ArtifactTier
-
 log = logging.getLogger(__name__)
+
+
+class ModuleTier(Protocol):
+    """What this module asks of the artifact tier (artifacts.py's ArtifactTier, which installs
+    this patch): written here, beneath it, so that neither imports the other."""
+
+    def fetch(self, kind: str, key: str, *, wait: bool = True) -> bytes | None: ...
+
+    def publish_file(self, kind: str, key: str, path: str) -> None: ...
 
 
 def module_key(name: str, source: str, linked: list[Any]) -> str:
@@ -69,7 +75,7 @@ def _loads(path: str) -> bool:
     return True
 
 
-def _served(tier: ArtifactTier, key: str, name: str, srcdir: str) -> str | None:
+def _served(tier: ModuleTier, key: str, name: str, srcdir: str) -> str | None:
     """The path of the stored module written where the compiler would write it, or None."""
     payload = tier.fetch(ARTIFACT_TRITON_MODULE, key, wait=False)
     if payload is None:
@@ -79,7 +85,7 @@ def _served(tier: ArtifactTier, key: str, name: str, srcdir: str) -> str | None:
     return path if _loads(path) else None
 
 
-def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
+def _patched_build(original: Any, patch: StackedPatch[ModuleTier]) -> Any:
     # Triton 3.6: _build(name, src, srcdir, library_dirs, include_dirs, libraries, ccflags), where src is
     # the C file's path; what follows the two dirs (machine paths) is part of the key.
     def build(name: str, src: str, srcdir: str, *rest: Any, **options: Any) -> Any:
@@ -103,4 +109,4 @@ def _patched_build(original: Any, patch: StackedPatch[ArtifactTier]) -> Any:
     return build
 
 
-BUILD_TRITON_MODULE: StackedPatch[ArtifactTier] = StackedPatch(seams.TRITON_BUILD, _patched_build)
+BUILD_TRITON_MODULE: StackedPatch[ModuleTier] = StackedPatch(seams.TRITON_BUILD, _patched_build)

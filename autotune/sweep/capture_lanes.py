@@ -100,7 +100,7 @@ class LaneProcess:
     ends when its input closes. One that dies (a crash) leaves its lane to a fresh one."""
 
     def __init__(self, gpu: str | None, cuda: bool) -> None:
-        from autotune.workers.child import clean_environment
+        from autotune.workers.environment import clean_environment
 
         env = clean_environment()
         if gpu is not None:

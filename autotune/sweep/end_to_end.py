@@ -54,6 +54,7 @@ from autotune.settings import Settings
 from autotune.workers.faults import inject_fault
 
 from .pass_readiness import ModelReadiness
+from .pass_spec import EndToEndSpec
 
 log = logging.getLogger(__name__)
 
@@ -635,35 +636,6 @@ class EndToEndPass:
 _RESULT = "POINTWISE "
 
 
-@dataclass
-class EndToEndSpec:
-    """Everything the process needs, as plain data (it travels in argv)."""
-
-    model_path: str
-    entry: str
-    batch_sizes: list[int | None]
-    mode: str
-    inductor_config: dict[str, Any]
-    train: bool
-    cache: str | None
-    device: str = "cuda"
-    signing_key: str | None = None
-    shard: list[int] = field(default_factory=lambda: [0, 1])  # [rank, count]: tune only this share
-    gpu: str | None = None  # CUDA_VISIBLE_DEVICES of the process (None: as the sweep's)
-    # Time the served GEMMs in the graph and store the verdicts (None: on a GPU, unsharded,
-    # unless AUTOTUNE_TIME_IN_GRAPH=0).
-    time_in_graph: bool | None = None
-    dynamic: bool = False  # the sweep's --dynamic: compile the graphs capture compiled
-    # The sweep's --ddp/--fsdp (DistributedSpec.to_json()): compile as one rank of that job does.
-    distributed: dict[str, Any] | None = None
-    # The CUDA device the pass compiles on (torch.cuda.set_device): a job's rank r compiles on
-    # cuda:r, and Inductor keys graphs and kernels by that index (``rank_copies``).
-    device_index: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
-
-
 class PassProcess(Protocol):
     """A pass's process: here (EndToEndProcess), or on another node (remote_passes.py)."""
 
@@ -684,7 +656,7 @@ class EndToEndProcess:
     """The fresh process: started early, told to go once the GEMM winners are stored."""
 
     def __init__(self, spec: EndToEndSpec) -> None:
-        from autotune.workers.child import clean_environment
+        from autotune.workers.environment import clean_environment
 
         env = clean_environment()
         if spec.gpu is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .end_to_end import EndToEndSpec
+    from .pass_spec import EndToEndSpec
 
 log = logging.getLogger(__name__)
 

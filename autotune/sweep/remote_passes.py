@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .end_to_end import STOP_GRACE_S, EndToEndReport, EndToEndSpec, report_from
+from .end_to_end import STOP_GRACE_S, EndToEndReport, report_from
+from .pass_spec import EndToEndSpec
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.cache.records import STATUS_OK, Environment, TuningRequest, TuningResult
 from autotune.inductor_glue.distributed import DistributedSpec
-
-from .plan import shape_summary
+from autotune.shapes import shape_summary
 
 if TYPE_CHECKING:  # the pass's report: end_to_end.py imports torch's side of the pass
     from .end_to_end import EndToEndReport

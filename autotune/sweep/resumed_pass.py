@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from . import pass_marks
 
 if TYPE_CHECKING:
-    from .end_to_end import EndToEndReport, EndToEndSpec
+    from .end_to_end import EndToEndReport
+    from .pass_spec import EndToEndSpec
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_mod
 from autotune.settings import Settings
 
 from .pass_readiness import ModelReadiness
+from .pass_spec import EndToEndSpec
 from .plan import CACHED, PlanStream
 from .report import (
     STATUS_CACHED,
@@ -50,13 +51,13 @@ from .report import (
 )
 
 if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: both after Ray's start
-    from autotune.capture_reuse import Record
     from autotune.inductor_glue.capture import CaptureResult
     from autotune.workers.pool import PoolStarter, TuningPool
     from autotune.workers.spares import Spares
 
     from .capture_lanes import LaneProcess
-    from .end_to_end import EndToEndPass, EndToEndReport, EndToEndSpec
+    from .capture_reuse import Record
+    from .end_to_end import EndToEndPass, EndToEndReport
     from .queue import SweepQueue
     from .resumed_pass import ResumedPass
 
@@ -407,10 +408,10 @@ class _Sweep:
 
     def _look_up_captures(self, models: list[ModelFile]) -> None:
         """Each model's capture key (capturing here only), and the stored capture under it
-        unless --force asks for a fresh one (autotune/capture_reuse.py)."""
+        unless --force asks for a fresh one (autotune/sweep/capture_reuse.py)."""
         if not self.local:
             return
-        from autotune import capture_reuse
+        from . import capture_reuse
 
         for model in models:
             path = str(model.path)
@@ -447,7 +448,7 @@ class _Sweep:
         key = self.capture_keys.get(path)
         if key is None or self.options.dry_run or self.settings.read_only:
             return
-        from autotune import capture_reuse
+        from . import capture_reuse
 
         found = self.streamed.get(path, [])
         env = next((env for _, env in found if env is not None), None)
@@ -703,7 +704,7 @@ def _may_reuse(options: SweepOptions, store: Any) -> bool:
     Not with --force (it captures anew), nor for a file that cannot be read (the load says why)."""
     if options.force or not options.model_paths:
         return False
-    from autotune import capture_reuse
+    from . import capture_reuse
 
     try:
         sources = [capture_reuse.source_digest(path, options) for path in options.model_paths]
@@ -845,8 +846,6 @@ def capture_cost(entry: ModelCapture | None) -> float:
 
 def _end_to_end_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
                      kwargs: dict[str, Any]) -> list[EndToEndSpec]:
-    from .end_to_end import EndToEndSpec
-
     return [EndToEndSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
                           kwargs["inductor_config"], kwargs["train"] or model.trains, settings.cache, device,
                           signing_key=settings.signing_key, dynamic=options.dynamic,

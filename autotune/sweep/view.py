@@ -27,8 +27,8 @@ from rich.text import Text
 
 from autotune.cache.records import STATUS_OK, TuningResult
 from autotune.cache.text import escape_control
+from autotune.shapes import fmt_ms, fmt_speedup, shape_summary
 
-from .plan import fmt_ms, fmt_speedup, shape_summary
 from .report import STATUS_CACHED, Outcome, SweepReport
 
 log = logging.getLogger(__name__)

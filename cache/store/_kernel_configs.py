@@ -88,7 +88,7 @@ class KernelConfigsMixin(EnvironmentsMixin):
     @db_errors
     def kernel_config_keys(self, prefix: str, limit: int = 100) -> list[str]:
         """Keys starting with prefix, in any environment (at most ``limit``): a record filed
-        under one environment but found by its key alone (a stored capture, autotune/capture_reuse.py)."""
+        under one environment but found by its key alone (a stored capture, autotune/sweep/capture_reuse.py)."""
 
         def work(conn: Connection) -> list[str]:
             query = select(K.c.key).where(K.c.key.startswith(prefix, autoescape=True)).limit(limit)

@@ -55,7 +55,7 @@ from autotune.cache.records import Environment, TuningRequest
 if TYPE_CHECKING:
     from autotune.inductor_glue.modelfile import ModelFile
 
-    from .sweep.report import SweepOptions
+    from .report import SweepOptions
 
 log = logging.getLogger(__name__)
 
