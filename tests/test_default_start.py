@@ -48,7 +48,7 @@ print(json.dumps({
     "replaced": sorted(name for name in now if now[name] is not originals[name]),
     "repr_gate": guard_repr._needed(), "repr_patched_while_installed": patched_while_installed,
     "errors": handle.stats.errors,
-    "store_calls_pending": handle._policy._pool.pending + handle._policy._writer.pending,
+    "store_calls_pending": handle._policy.store._pool.pending + handle._policy.store._writer.pending,
 }))
 """
 

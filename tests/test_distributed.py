@@ -150,7 +150,7 @@ def test_a_rank_whose_local_rank_0_never_serves_reads_the_database_itself(
     Store(url).close()  # the schema made here: the lookup's time is the wait for rank 0 and one read
     policy = ServePolicy(Settings(cache=url, lookup_timeout=4.0))
     try:
-        assert policy._call(lambda store: store.misses()) == []
+        assert policy.store.call(lambda store: store.misses()) == []
         assert policy.stats.database_calls == 1 and policy.stats.errors == 0
     finally:
         policy.close()

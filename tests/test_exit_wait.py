@@ -89,7 +89,7 @@ def test_a_store_call_after_uninstall_is_dropped_without_disabling_or_warning(
     policy = ServePolicy(Settings(cache=sqlite_url))
     policy.close()
     with caplog.at_level(logging.WARNING):
-        assert policy._call(lambda store: "answered") is None  # the executor is shut
+        assert policy.store.call(lambda store: "answered") is None  # the executor is shut
     assert policy.stats.errors == 0
     assert not caplog.records
 

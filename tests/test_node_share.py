@@ -103,7 +103,7 @@ def test_a_fake_local_rank_0_that_binds_first_is_refused_and_the_rank_reads_the_
         caplog.set_level(logging.WARNING, logger="autotune")
         policy = ServePolicy(Settings(cache=url, lookup_timeout=4.0))
         try:
-            found = policy._call(lambda store: store.lookup(stored.env, stored.request.key))
+            found = policy.store.call(lambda store: store.lookup(stored.env, stored.request.key))
             assert found == stored  # the database's row, timed as stored
             assert policy.stats.database_calls == 1 and policy.stats.errors == 0
         finally:
@@ -348,7 +348,7 @@ import sys
 from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
-print(policy._node._server is not None, "sqlalchemy" in sys.modules)
+print(policy.store._node._server is not None, "sqlalchemy" in sys.modules)
 policy.close()
 """
 
@@ -371,7 +371,7 @@ import sys, threading, time
 from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
-server = policy._node._server
+server = policy.store._node._server
 print("serving", flush=True)
 print("served" if server.wait_served(120) else "not served", flush=True)
 for thread in threading.enumerate():
@@ -388,7 +388,7 @@ from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
 policy = ServePolicy(Settings(cache=sys.argv[1]))
 env = make_env(device_kind="cpu", device_name="a cpu")
-print(policy._call(lambda store: (type(store).__name__, store.lookup(env, "absent"))), policy.stats.database_calls)
+print(policy.store.call(lambda store: (type(store).__name__, store.lookup(env, "absent"))), policy.stats.database_calls)
 policy.close()
 """
 

@@ -138,7 +138,7 @@ def test_policy_copies_configs_into_the_store_and_back(tmp_path: Path, sqlite_ur
     key = f"{kernel_configs.PREFIX}cd/456.best_config"
     writer.save_kernel_config("cpu", key, {"XBLOCK": 32, "num_warps": 2})
     writer.close()
-    writer._writer.shutdown(wait=True)
+    writer.store._writer.shutdown(wait=True)
     assert writer.stats.kernel_configs_saved == 1
 
     reader = ServePolicy(Settings(cache=sqlite_url))
@@ -303,10 +303,10 @@ def test_the_sweeps_pass_holds_its_writes_until_flush_and_loses_none(sqlite_url:
     policy.save_kernel_config("cpu", "best_config:ab/c1.best_config", {"XBLOCK": 128})  # the later one wins
     time.sleep(0.2)
     assert store.kernel_configs(env) == {}
-    policy.flush(30)
+    policy.store.flush(30)
     assert store.kernel_configs(env) == {"best_config:ab/c1.best_config": {"XBLOCK": 128}}
     assert policy.stats.kernel_configs_saved == 1  # one kernel's config (Inductor saves it twice: coordinate descent)
     policy.save_kernel_config("cpu", "best_config:ab/c2.best_config", {"XBLOCK": 32})
     policy.close()  # not flushed: close still hands it to the writer
-    policy._writer.shutdown(wait=True)
+    policy.store._writer.shutdown(wait=True)
     assert "best_config:ab/c2.best_config" in store.kernel_configs(env)

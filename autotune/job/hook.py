@@ -126,7 +126,7 @@ class WarmStart:
         signing key, the compiled artifacts and Dynamo's packages (call it once the model has
         run forward and backward: a package is complete only then)."""
         self._publish_packages()
-        self._policy.flush(max(30.0, 10 * self.settings.lookup_timeout))
+        self._policy.store.flush(max(30.0, 10 * self.settings.lookup_timeout))
 
     @property
     def kernels_tuned(self) -> int:
@@ -138,7 +138,7 @@ class WarmStart:
         pass, when its graphs were compiled before some of their kernels were tuned: a node
         loading them would tune those kernels again). Data writes go on. Returns how many
         queued artifacts were dropped."""
-        return self._policy.withhold_artifacts()
+        return self._policy.store.withhold_artifacts()
 
     def _publish_packages(self) -> None:
         if self._artifacts is not None:
@@ -308,7 +308,7 @@ def _artifact_seams(policy: ServePolicy, trusted: TrustedKeys, signer: Signer | 
     from .artifacts import ArtifactSeams, ArtifactTier
 
     tier = ArtifactTier(trusted=trusted, signer=signer, device=artifact_device(), stats=policy.stats,
-                        call=policy._call, submit=policy.submit_artifact_write, timeout=policy.settings.lookup_timeout,
-                        max_bytes=policy.settings.max_artifact_bytes, malformed=policy.malformed_row,
+                        call=policy.store.call, submit=policy.store.submit_artifact_write, timeout=policy.settings.lookup_timeout,
+                        max_bytes=policy.settings.max_artifact_bytes, malformed=policy.store.malformed_row,
                         prefetched=policy.prefetch)
     return ArtifactSeams(tier, dynamo_package=policy.settings.dynamo_package)
