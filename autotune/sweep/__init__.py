@@ -16,12 +16,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .runner import pass_costs, run_sweep, spare_count
+    from .runner import run_sweep, spare_count
+    from .strategy import pass_costs
 
-__all__ = ["pass_costs", "run_sweep", "spare_count"]
+_HANDED_ON = {"run_sweep": ".runner", "spare_count": ".runner", "pass_costs": ".strategy"}
+__all__ = ["pass_costs", "run_sweep", "spare_count"]  # the keys of _HANDED_ON
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module(".runner", __name__), name)
+    if name in _HANDED_ON:
+        return getattr(importlib.import_module(_HANDED_ON[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

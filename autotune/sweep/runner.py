@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.cache.records import (
     Environment,
-    Listing,
     TuningRequest,
     TuningResult,
 )
-from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, may_bind, parse_config_overrides
+from autotune.inductor_glue.modelfile import ModelFile, ModelFileError, load_model_file, may_bind
 from autotune.settings import Settings
 
 from .pass_readiness import ModelReadiness
 from .pass_spec import EndToEndSpec
-from .plan import CACHED, PlanStream
+from .plan import CACHED
 from .report import (
     STATUS_CACHED,
     STATUS_ELSEWHERE,
@@ -49,6 +48,7 @@ from .report import (
     SweepOptions,
     SweepReport,
 )
+from .strategy import SweepStrategy, capture_cost, captures_may_be_reused, pass_costs
 
 if TYPE_CHECKING:  # torch comes with capture, Ray only with sweeps that tune: both after Ray's start
     from autotune.inductor_glue.capture import CaptureResult
@@ -112,12 +112,6 @@ def _load(path: str, options: SweepOptions, local: bool, build: bool = True) -> 
     return model
 
 
-def _capture_kwargs(options: SweepOptions, settings: Settings, device: str) -> dict[str, Any]:
-    return dict(batch_sizes=options.batch_sizes, mode=settings.mode,
-                inductor_config=parse_config_overrides(options.inductor_config), train=options.train,
-                device=device, dynamic=options.dynamic, distributed=options.distributed)
-
-
 def _start_pool(store: Any, device: str, settings: Settings, began: float, jobs: int | None = None,
                 spares: str | None = None) -> PoolStarter:
     """Start Ray and the pool in the background; before capture the job count is not
@@ -160,34 +154,6 @@ def _remote_capture(path: str, options: SweepOptions, settings: Settings, kwargs
         pad_decisions=data.get("pad_decisions") or {},
     )
     return captured, Environment.from_json(data["pad_env"]) if data.get("pad_env") else None
-
-
-def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Listing[Any]:
-    """Jobs for every logged miss from a machine like this one (any config); the misses rows
-    that failed validation are left out, in the listing's ``malformed``."""
-    from autotune.inductor_glue.env import current_environment
-    from autotune.workers.jobs import TuneJob
-
-    here = current_environment(device)
-    logged = store.misses(None)
-    jobs: Listing[Any] = Listing(malformed=logged.malformed)
-    stored: dict[str, set[str]] = {}  # env key -> keys stored ok
-    for miss in logged:
-        env_key = miss.env.key
-        if env_key not in stored:
-            stored[env_key] = store.cached_request_keys(miss.env)
-        if miss.request.key in stored[env_key]:
-            continue  # answered since (a write-back role cannot clear the miss it answered)
-        env = miss.env
-        same_machine = (env.device_kind, env.device_name, env.torch_version, env.triton_version,
-                        env.cuda_version, env.system_hash) == (
-            here.device_kind, here.device_name, here.torch_version, here.triton_version,
-            here.cuda_version, here.system_hash)
-        if not same_machine:
-            continue
-        config = {k: v for k, v in env.config.items() if not (isinstance(v, str) and v.startswith("<"))}
-        jobs.append(TuneJob(miss.request, env, settings.mode, config, device, sweep_id))
-    return jobs
 
 
 class _Dispatcher:
@@ -241,20 +207,17 @@ class _Sweep:
         self.report = SweepReport(sweep_id=uuid.uuid4().hex[:12], env=None, device=self.device,
                                   dry_run=options.dry_run)
         self.store = store
-        self.plan = PlanStream(force=options.force)
-        self.cached_keys: dict[str, set[str]] = {}
-        self.kwargs = _capture_kwargs(options, settings, self.device)
-        self.local = _captures_here(self.device)
+        # What to tune and which passes are owed; this class runs what it decides.
+        self.strategy = SweepStrategy(options, settings, self.device, _captures_here(self.device), store)
         self.queue: SweepQueue | None = None
         self.starter: PoolStarter | None = None
         self.dispatcher: _Dispatcher | None = None
-        self.pointwise: EndToEndPass | None = None
+        self.end_to_end: EndToEndPass | None = None
         self.resumed: ResumedPass | None = None  # a cut pass, started again beside capture
         self.found_in: dict[str, str] = {}  # request key -> the first model whose capture found it
         self._pass_specs: list[EndToEndSpec] = []  # the early pass's (start_passes)
         self.readiness = ModelReadiness()  # which models' passes may start (their GEMMs answered)
         self.queued_keys: set[str] = set()  # request keys this sweep queued
-        self.training: set[str] = set()  # model files that are training steps: their requests go out first
         self.passes_beside: _PassesBeside | None = None  # the pass, run while tuning goes on
         self.capture_processes: list[LaneProcess] = []  # capture's, started with the sweep (prestart_captures)
         self.capture_keys: dict[str, str] = {}  # model path -> its capture's record key (capture_reuse)
@@ -269,7 +232,7 @@ class _Sweep:
     def prestart_captures(self) -> None:
         """Capture's processes, when models are to be captured side by side, started now: their
         imports overlap this process's (the model files, Ray's start) instead of following them."""
-        lanes = self._capture_lanes(len(self.options.model_paths))
+        lanes = self.strategy.capture_lanes(len(self.options.model_paths))
         if lanes > 1 and not self.may_reuse:  # a model whose capture is replayed needs no process
             from .capture_lanes import prestart
 
@@ -280,8 +243,8 @@ class _Sweep:
         processes of their own are built there, side by side, and a build that fails there fails
         again in this process's own capture (exit 2 too, after Ray's start)."""
         paths = self.options.model_paths
-        build = self._capture_lanes(len(paths)) == 1
-        models = [_load(path, self.options, self.local, build) for path in paths]
+        build = self.strategy.capture_lanes(len(paths)) == 1
+        models = [_load(path, self.options, self.strategy.local, build) for path in paths]
         self._look_up_captures(models)
         if not self.options.dry_run and not self._all_replayed(models):  # Ray is needed to tune, if at all
             from autotune.workers.cluster import check_address
@@ -299,7 +262,7 @@ class _Sweep:
 
         leases = None if self.settings.read_only else self.store.leases(seconds=self.settings.lease_seconds)
         self.queue = SweepQueue(leases, hold_until_closed=self.device != "cuda")
-        if self.local and self.options.model_paths and not self._all_replayed(models):
+        if self.strategy.local and self.options.model_paths and not self._all_replayed(models):
             self.ensure_pool()
 
     def ensure_pool(self) -> None:
@@ -310,13 +273,8 @@ class _Sweep:
             self.dispatcher = _Dispatcher(self.starter, self.queue, self.readiness.answered)
 
     def capture(self, models: list[ModelFile]) -> None:
-        # A training step's chain (its capture, its requests, then a pass over forward and
-        # backward kernels) is the longest (benchmarks/results/team_queue.md): captured first,
-        # and its requests tuned first, its pass is not the last to begin.
-        models = sorted(models, key=lambda model: not self._kwargs_for(model)["train"])
-        self.training = {str(model.path) for model in models if self._kwargs_for(model)["train"]}
-        models = [model for model in models if not self._replay(model)]
-        lanes = self._capture_lanes(len(models))
+        models = [model for model in self.strategy.capture_order(models) if not self._replay(model)]
+        lanes = self.strategy.capture_lanes(len(models))
         if lanes > 1:
             models = self._capture_side_by_side(models, lanes)  # those left: their process failed
         for model in models:
@@ -333,39 +291,24 @@ class _Sweep:
         streamed = self.streamed[entry.path] = []
 
         def found(request: TuningRequest, env: Environment | None) -> None:
-            overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+            overrides = {**model.config_overrides, **self.strategy.kwargs["inductor_config"]}
             streamed.append((request, env))
             entry.new += self._found(request, env, overrides, entry.path)
 
-        if self.local:
+        if self.strategy.local:
             from autotune.inductor_glue.capture import capture_model
 
             captured = capture_model(model, on_request=found, pad_decisions=self._pad_decisions(),
-                                     **self._kwargs_for(model))
+                                     **self.strategy.kwargs_for(model))
             self._store_pad_decisions(captured.pad_decisions)
             self._keep_capture(entry.path, captured.total_lookups, captured.seconds)
         else:
             captured, pad_env = _remote_capture(str(model.path), self.options, self.settings,
-                                                self._kwargs_for(model), self.store)
+                                                self.strategy.kwargs_for(model), self.store)
             self._store_pad_decisions(captured.pad_decisions, pad_env)
             for request in captured.requests:
                 entry.new += self._found(request, captured.env, captured.config_overrides, entry.path)
         self._record_capture(entry, captured.env, len(captured.requests), captured.total_lookups, captured.seconds)
-
-    def _kwargs_for(self, model: ModelFile) -> dict[str, Any]:
-        """Capture's keywords for ``model``: a file that defines train_step() is a training step's."""
-        return {**self.kwargs, "train": self.kwargs["train"] or model.trains}
-
-    def _capture_lanes(self, models: int) -> int:
-        """Captures at once: --capture-processes, else one per GPU here for a sweep of several
-        models on GPUs (each capture times padding verdicts on its GPU). One where capture runs
-        on a Ray worker, and for --ddp/--fsdp, whose capture sets up a process group."""
-        if not self.local or self.options.distributed or models < 2:
-            return 1
-        wanted = self.settings.capture_processes
-        if wanted is None:
-            wanted = _local_gpus(self.settings, self.device) if self.device == "cuda" else 1
-        return max(1, min(models, wanted))
 
     def _capture_side_by_side(self, models: list[ModelFile], lanes: int) -> list[ModelFile]:
         """Capture ``models`` in processes of their own, ``lanes`` at a time (autotune/sweep/capture_lanes.py),
@@ -378,7 +321,7 @@ class _Sweep:
         self.progress.stage(f"capturing {len(models)} models, {lanes} at a time ({self.settings.mode}, {self.device})")
         specs = []
         for path, model in by_path.items():
-            kwargs = {**self._kwargs_for(model), "batch_sizes": list(self.kwargs["batch_sizes"])}
+            kwargs = {**self.strategy.kwargs_for(model), "batch_sizes": list(self.strategy.kwargs["batch_sizes"])}
             kwargs.pop("distributed", None)  # JSON for the process; capture side by side is never --ddp/--fsdp
             specs.append(CaptureSpec(path, self.options.entry, kwargs, self._pad_decisions()))
         failed: list[ModelFile] = []
@@ -387,7 +330,7 @@ class _Sweep:
             for found in captures:
                 model, entry = by_path[found.model_path], entries[found.model_path]
                 if found.request is not None:
-                    overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+                    overrides = {**model.config_overrides, **self.strategy.kwargs["inductor_config"]}
                     self.streamed.setdefault(found.model_path, []).append((found.request, found.env))
                     entry.new += self._found(found.request, found.env, overrides, entry.path)
                 elif found.bad_input is not None:
@@ -409,14 +352,14 @@ class _Sweep:
     def _look_up_captures(self, models: list[ModelFile]) -> None:
         """Each model's capture key (capturing here only), and the stored capture under it
         unless --force asks for a fresh one (autotune/sweep/capture_reuse.py)."""
-        if not self.local:
+        if not self.strategy.local:
             return
         from . import capture_reuse
 
         for model in models:
             path = str(model.path)
             source = capture_reuse.source_digest(path, self.options)
-            key = capture_reuse.record_key(source, capture_reuse.setup_digest(model, self._kwargs_for(model)))
+            key = capture_reuse.record_key(source, capture_reuse.setup_digest(model, self.strategy.kwargs_for(model)))
             self.capture_keys[path] = key
             record = None if self.options.force else capture_reuse.find(self.store, key)
             if record is not None:
@@ -435,7 +378,7 @@ class _Sweep:
         entry = ModelCapture(str(model.path), reused_from=record.at)
         self.report.models.append(entry)
         self.progress.stage(f"reusing the capture of {model.path} from {record.at}")
-        overrides = {**model.config_overrides, **self.kwargs["inductor_config"]}
+        overrides = {**model.config_overrides, **self.strategy.kwargs["inductor_config"]}
         for request, env in record.found:
             entry.new += self._found(request, env, overrides, entry.path)
         env = next((env for _, env in record.found if env is not None), None)
@@ -470,19 +413,11 @@ class _Sweep:
         """Capture of ``entry``'s model is complete: its pass, begun beside capture, may go once its
         GEMMs are answered, or is left out when it has nothing to do (no new winner for it, no
         artifacts to publish, and its last pass finished)."""
-        if self.passes_beside is not None and not self.readiness.found_new(entry.path) and \
-                not _publishes(self.local, self.settings) and self._pass_finished(entry.path):
+        if self.passes_beside is not None and \
+                self.strategy.skips_pass(entry.path, self.readiness.found_new(entry.path), self._pass_specs):
             self.readiness.skip(entry.path)
         else:
             self.readiness.captured(entry.path)
-
-    def _pass_finished(self, path: str) -> bool:
-        from autotune.inductor_glue.env import kernel_config_environment
-
-        from . import pass_marks
-
-        specs = [spec for spec in self._pass_specs if spec.model_path == path]
-        return bool(specs) and not pass_marks.unfinished(self.store, kernel_config_environment(self.device), specs)
 
     def start_passes(self, models: list[ModelFile]) -> None:
         """On GPUs, start the end-to-end pass before capture, on a thread: each model's pass begins
@@ -491,16 +426,16 @@ class _Sweep:
         first; on a CPU, a pass's compile would slow the timings beside it, so it runs after."""
         if self.device != "cuda" or self.resumed is not None or not models:
             return
-        if not _wants_end_to_end(self.local, self.settings, self.device):
+        if not self.strategy.wants_pass():
             return
         from .end_to_end import EndToEndPass
 
-        self._pass_specs = _end_to_end_specs(models, self.options, self.settings, self.device, self.kwargs)
-        self.pointwise = EndToEndPass(self._pass_specs, _local_gpus(self.settings, self.device),
+        self._pass_specs = self.strategy.pass_specs(models)
+        self.end_to_end = EndToEndPass(self._pass_specs, self.strategy.local_gpus(),
                                        [float(spec.train) + 1 for spec in self._pass_specs], self._pass_cost,
-                                       _passes_per_gpu(self.settings, self.device))
+                                       self.strategy.passes_per_gpu())
         self.mark("pointwise_go")
-        self.passes_beside = _PassesBeside(self.pointwise, self.settings.request_timeout, self.progress.advance,
+        self.passes_beside = _PassesBeside(self.end_to_end, self.settings.request_timeout, self.progress.advance,
                                            self.readiness)
 
     def _pass_cost(self, path: str) -> float:
@@ -530,10 +465,7 @@ class _Sweep:
         workers), or planned (dry run). 1 if it is new to this sweep."""
         from autotune.workers.jobs import TuneJob
 
-        env_key = env.key if env else ""
-        if env is not None and env_key not in self.cached_keys:
-            self.cached_keys[env_key] = self.store.cached_request_keys(env)
-        decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
+        decision = self.strategy.verdict(request, env)
         if decision is None:  # found before: if this sweep queued it, this model's pass waits for it too
             if request.key in self.queued_keys:
                 self.readiness.needs(model, request.key, pending=self.readiness.waits_on(request.key))
@@ -548,17 +480,17 @@ class _Sweep:
             self.queued_keys.add(request.key)
             self.readiness.needs(model, request.key)
             self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
-                                   self.report.sweep_id), priority=float(model in self.training))
+                                   self.report.sweep_id), priority=self.strategy.priority(model))
         return 1
 
     def plan_misses(self) -> None:
         """A dry run with --misses: the logged misses join the plan."""
         for job in self._miss_jobs():
-            if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
+            if self.strategy.takes_miss(job):
                 self.report.outcomes.append(Outcome(job.request, "planned"))
 
     def _miss_jobs(self) -> list[Any]:
-        jobs = _miss_jobs(self.store, self.device, self.settings, self.report.sweep_id)
+        jobs = self.strategy.miss_jobs(self.report.sweep_id)
         self.report.malformed_rows += [str(error) for error in jobs.malformed]
         return jobs
 
@@ -568,15 +500,14 @@ class _Sweep:
         assert self.queue is not None
         if self.options.misses:
             for job in self._miss_jobs():
-                if self.plan.add(job.request, job.expected_env.key if job.expected_env else "", set()):
+                if self.strategy.takes_miss(job):
                     self.queue.put(job)
         self.queue.close()
         if len(self.queue) == 0:
             return
         self.ensure_pool()
-        if self.pointwise is None and _wants_end_to_end(self.local, self.settings, self.device):
-            self.pointwise = _end_to_end_pass(models, self.options, self.settings, self.device, self.kwargs,
-                                             self.report.models)
+        if self.end_to_end is None and self.strategy.wants_pass():
+            self.end_to_end = self._end_to_end_pass(models)
         assert self.dispatcher is not None and self.starter is not None
         where = f" at {self.settings.address}" if self.settings.address else " locally"
         lanes = f", {self.settings.jobs_per_gpu} at once per GPU" if self.device == "cuda" else ""
@@ -585,7 +516,7 @@ class _Sweep:
         kind = "GPU" if self.device == "cuda" else "CPU"
         description = (f"tuning {len(self.queue)} request(s) on "
                        f"{max(1, min(len(pool.slots), len(self.queue)))} {kind} worker(s)")
-        passes = self.pointwise.size if self.passes_beside is not None and self.pointwise is not None else 0
+        passes = self.end_to_end.size if self.passes_beside is not None and self.end_to_end is not None else 0
         if passes:
             description += f", and {passes} end-to-end pass(es) as their models' GEMMs are answered"
         self.progress.start(len(self.queue) + passes, description)
@@ -613,6 +544,13 @@ class _Sweep:
             self.report.outcomes += [Outcome(job.request, STATUS_NOT_RUN, model=self.found_in.get(job.request.key))
                                      for job in self.queue.left()]
 
+    def _end_to_end_pass(self, models: list[ModelFile]) -> EndToEndPass:
+        """The pass run after tuning (on a CPU; on GPUs where none began beside capture)."""
+        from .end_to_end import EndToEndPass
+
+        return EndToEndPass(self.strategy.pass_specs(models), self.strategy.local_gpus(),
+                            pass_costs(models, self.report.models), per_gpu=self.strategy.passes_per_gpu())
+
     def close(self) -> None:
         self.readiness.release()  # no pass waits on a sweep that ended
         for process in self.capture_processes:  # started, never used (the sweep stopped before capture)
@@ -635,7 +573,7 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
     progress = progress or Silent()
     progress.stage("starting up: the cache, the model files" + ("" if options.dry_run else ", Ray and its workers"))
     store = _checked_store(options, settings)
-    may_reuse = _may_reuse(options, store)
+    may_reuse = captures_may_be_reused(options, store)
     local_ray = not may_reuse and _start_local_ray_soon(options, settings)
     spares = _start_spares(settings) if local_ray else None
     try:
@@ -658,10 +596,10 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
             sweep.tune(models)
         elif options.misses:
             sweep.plan_misses()
-        if sweep.pointwise is None and not options.dry_run and models:
-            sweep.pointwise = _pass_still_owed(sweep, models)
+        if sweep.end_to_end is None and not options.dry_run and models:
+            sweep.end_to_end = _pass_still_owed(sweep, models)
     except BaseException:
-        for running in (sweep.pointwise, sweep.resumed):
+        for running in (sweep.end_to_end, sweep.resumed):
             if running is not None:
                 running.close()
         if local_ray:
@@ -674,43 +612,28 @@ def run_sweep(options: SweepOptions, settings: Settings, progress: Progress | No
         sweep.progress.stage("finishing the end-to-end pass a cut sweep left (begun before capture)")
         report.pointwise = sweep.resumed.join()
         sweep.mark("resumed_pass_done")
-    if sweep.pointwise is not None and report.store_error is not None:
-        sweep.pointwise.close()  # it would write to a cache that refuses writes
+    if sweep.end_to_end is not None and report.store_error is not None:
+        sweep.end_to_end.close()  # it would write to a cache that refuses writes
         if sweep.passes_beside is not None:
             sweep.passes_beside.join()
-        sweep.pointwise = None
-    if sweep.passes_beside is not None and sweep.pointwise is not None:
+        sweep.end_to_end = None
+    if sweep.passes_beside is not None and sweep.end_to_end is not None:
         log.info("tuning done; waiting for the end-to-end passes begun beside it")
         _add_remote_lanes(sweep)
         later = sweep.passes_beside.join()
         sweep.mark("pointwise_done")
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
-    elif sweep.pointwise is not None:
+    elif sweep.end_to_end is not None:
         what = "tuning pointwise/reduction kernels" if sweep.device == "cuda" else "compiling the model end to end"
         signed = ", publishing signed artifacts" if settings.signing_key else ""
-        sweep.progress.start(sweep.pointwise.size, f"end-to-end pass: {what}{signed}")
+        sweep.progress.start(sweep.end_to_end.size, f"end-to-end pass: {what}{signed}")
         sweep.mark("pointwise_go")
         _add_remote_lanes(sweep)
-        later = sweep.pointwise.run(settings.request_timeout, on_done=sweep.progress.advance)
+        later = sweep.end_to_end.run(settings.request_timeout, on_done=sweep.progress.advance)
         sweep.mark("pointwise_done")
         report.pointwise = later if report.pointwise is None else _both(report.pointwise, later)
     report.wall_seconds = time.perf_counter() - sweep.started
     return report
-
-
-def _may_reuse(options: SweepOptions, store: Any) -> bool:
-    """Whether every model file has a stored capture of its bytes and these options, found
-    before torch or Ray start: such a sweep starts Ray only if something is left to tune.
-    Not with --force (it captures anew), nor for a file that cannot be read (the load says why)."""
-    if options.force or not options.model_paths:
-        return False
-    from . import capture_reuse
-
-    try:
-        sources = [capture_reuse.source_digest(path, options) for path in options.model_paths]
-    except OSError:
-        return False
-    return capture_reuse.may_exist(store, sources)
 
 
 def _joins_cluster(settings: Settings) -> bool:
@@ -721,7 +644,7 @@ def _joins_cluster(settings: Settings) -> bool:
 def _add_remote_lanes(sweep: _Sweep) -> None:
     """On a cluster (--address), once tuning is over and its actors are gone, the other nodes'
     GPUs (on a CPU cluster, the other nodes) join the end-to-end pass (autotune/sweep/remote_passes.py)."""
-    if sweep.pointwise is None or not _joins_cluster(sweep.settings):
+    if sweep.end_to_end is None or not _joins_cluster(sweep.settings):
         return
     import ray
 
@@ -729,8 +652,8 @@ def _add_remote_lanes(sweep: _Sweep) -> None:
         return
     from .remote_passes import makers, remote_lanes
 
-    lanes = remote_lanes(sweep.device, _passes_per_gpu(sweep.settings, sweep.device))
-    if lanes and sweep.pointwise.add_lanes(makers(lanes)):
+    lanes = remote_lanes(sweep.device, sweep.strategy.passes_per_gpu())
+    if lanes and sweep.end_to_end.add_lanes(makers(lanes)):
         log.info("the end-to-end passes also run on %d lane(s) of the cluster's other nodes", len(lanes))
 
 
@@ -823,52 +746,18 @@ def _start_spares(settings: Settings) -> Spares | None:
         return None
 
 
-def _end_to_end_pass(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
-                    kwargs: dict[str, Any], captured: list[ModelCapture]) -> EndToEndPass:
-    from .end_to_end import EndToEndPass
-
-    return EndToEndPass(_end_to_end_specs(models, options, settings, device, kwargs), _local_gpus(settings, device),
-                         pass_costs(models, captured), per_gpu=_passes_per_gpu(settings, device))
-
-
-def pass_costs(models: list[ModelFile], captured: list[ModelCapture]) -> list[float]:
-    """Each model's expected pass time, by proxy: the GEMM lookups its capture made (a model
-    with more GEMMs has more kernels to compile and tune); 1 for a model capture did not see."""
-    entries = {entry.path: entry for entry in captured}
-    return [capture_cost(entries.get(str(model.path))) for model in models]
-
-
-def capture_cost(entry: ModelCapture | None) -> float:
-    """A model's expected pass time, by proxy: the GEMM lookups its capture made, else its
-    requests; 1 for a model capture did not see (or that made none)."""
-    return float((entry.lookups or entry.requests) if entry is not None else 0) or 1.0
-
-
-def _end_to_end_specs(models: list[ModelFile], options: SweepOptions, settings: Settings, device: str,
-                     kwargs: dict[str, Any]) -> list[EndToEndSpec]:
-    return [EndToEndSpec(str(model.path), options.entry, list(kwargs["batch_sizes"]), kwargs["mode"],
-                          kwargs["inductor_config"], kwargs["train"] or model.trains, settings.cache, device,
-                          signing_key=settings.signing_key, dynamic=options.dynamic,
-                          distributed=options.distributed.to_json() if options.distributed else None)
-            for model in models]
-
-
 def _resume_cut_pass(sweep: _Sweep, models: list[ModelFile]) -> ResumedPass | None:
     """The passes a cut sweep of these models left begun and unfinished, started now
-    (``resumed_pass``). Not with --force or --misses (their GEMMs are tuned anew first), nor
-    with a signing key (a publishing pass compiles after every kernel of its model is tuned)."""
-    options, settings = sweep.options, sweep.settings
-    if options.force or options.misses or not models or _publishes(sweep.local, settings):
-        return None
-    if not _wants_end_to_end(sweep.local, settings, sweep.device):
+    (``resumed_pass``), where the strategy looks for them (``SweepStrategy.resumes_cut_pass``)."""
+    if not sweep.strategy.resumes_cut_pass(models):
         return None
     from autotune.inductor_glue.env import kernel_config_environment
 
     from .resumed_pass import start_if_cut
 
-    specs = _end_to_end_specs(models, options, settings, sweep.device, sweep.kwargs)
+    specs = sweep.strategy.pass_specs(models)
     resumed = start_if_cut(sweep.store, kernel_config_environment(sweep.device), specs,
-                           _local_gpus(settings, sweep.device), settings.request_timeout)
+                           sweep.strategy.local_gpus(), sweep.settings.request_timeout)
     if resumed is not None:
         sweep.mark("resumed_pass_go")
         sweep.progress.stage(f"going on with {len(resumed.digests)} end-to-end pass(es) a cut sweep left, "
@@ -883,76 +772,16 @@ def _both(first: EndToEndReport, second: EndToEndReport) -> EndToEndReport:
 
 
 def _pass_still_owed(sweep: _Sweep, models: list[ModelFile]) -> EndToEndPass | None:
-    """The end-to-end pass of a sweep that tuned no GEMM: with a signing key always (what is
-    missing is published); on a GPU for each model whose last pass did not finish, cut
-    after its GEMMs were stored (``pass_marks``)."""
-    publishes = _publishes(sweep.local, sweep.settings)
-    if not publishes and not _wants_end_to_end(sweep.local, sweep.settings, sweep.device):
+    """The end-to-end pass of a sweep that tuned no GEMM, for the passes its strategy says are
+    owed (``SweepStrategy.owed_passes``), or None."""
+    replayed = {entry.path for entry in sweep.report.models if entry.reused_from}
+    covered = sweep.resumed.covers if sweep.resumed is not None else None  # begun before capture
+    specs = sweep.strategy.owed_passes(models, replayed, covered)
+    if not specs:
         return None
-    specs = _end_to_end_specs(models, sweep.options, sweep.settings, sweep.device, sweep.kwargs)
-    if publishes:
-        specs = _not_yet_published(sweep, specs)
-        if not specs:
-            return None
-    else:
-        from autotune.inductor_glue.env import kernel_config_environment
-
-        from . import pass_marks
-
-        specs = pass_marks.unfinished(sweep.store, kernel_config_environment(sweep.device), specs)
-        if sweep.resumed is not None:  # begun before capture: it ran, or runs, in this sweep already
-            specs = [spec for spec in specs if not sweep.resumed.covers(spec)]
-        if not specs:
-            return None
+    if not sweep.strategy.publishes():
         log.info("every GEMM was cached, but %d model(s) have no finished end-to-end pass: running it",
                  len(specs))
     from .end_to_end import EndToEndPass  # imports Inductor's compile stack: only for a pass that runs
 
-    return EndToEndPass(specs, _local_gpus(sweep.settings, sweep.device),
-                         per_gpu=_passes_per_gpu(sweep.settings, sweep.device))
-
-
-def _not_yet_published(sweep: _Sweep, specs: list[EndToEndSpec]) -> list[EndToEndSpec]:
-    """The publishing passes still owed where nothing was tuned: all but those of a model whose
-    capture was replayed (its file and setup unchanged) and whose last pass finished, so that
-    its artifacts, compiled with these same winners, are stored already. On a CPU only, where a
-    pass runs only to publish: a GPU's finished pass may have been one that published nothing."""
-    replayed = {entry.path for entry in sweep.report.models if entry.reused_from}
-    if sweep.device != "cpu" or not any(spec.model_path in replayed for spec in specs):
-        return specs
-    from autotune.inductor_glue.env import kernel_config_environment
-
-    from . import pass_marks
-
-    owed = pass_marks.unfinished(sweep.store, kernel_config_environment(sweep.device),
-                                 [spec for spec in specs if spec.model_path in replayed])
-    return [spec for spec in specs if spec.model_path not in replayed or spec in owed]
-
-
-def _passes_per_gpu(settings: Settings, device: str) -> int:
-    """Passes each GPU runs at once (--passes-per-gpu); on a CPU one, after tuning."""
-    return settings.passes_per_gpu if device == "cuda" else 1
-
-
-def _local_gpus(settings: Settings, device: str) -> int:
-    """GPUs the pointwise pass may spread over: this host's, at most --gpus."""
-    if device != "cuda":
-        return 1
-    import torch
-
-    count = torch.cuda.device_count()
-    return max(1, min(count, settings.gpus or count))
-
-
-def _wants_end_to_end(local: bool, settings: Settings, device: str) -> bool:
-    """The end-to-end pass, when there are GEMMs to tune: GPUs tune pointwise kernels
-    in it, and with a signing key it publishes the compiled artifacts (CPU too). A
-    host without the device (remote capture) cannot run the model."""
-    tunes_pointwise = device == "cuda" and settings.kernel_configs
-    return (tunes_pointwise or _publishes(local, settings)) and local and not settings.read_only
-
-
-def _publishes(local: bool, settings: Settings) -> bool:
-    """A signing key asks for the artifacts even when every GEMM was cached already:
-    what is stored stays (written once), what is missing is published."""
-    return bool(settings.signing_key and settings.artifacts) and local and not settings.read_only
+    return EndToEndPass(specs, sweep.strategy.local_gpus(), per_gpu=sweep.strategy.passes_per_gpu())
