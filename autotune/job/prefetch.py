@@ -89,7 +89,11 @@ class HeldArtifact:
 
 
 class Prefetch:
-    """One background read of what this process's compiles will ask the store for."""
+    """One background read of what this process's compiles will ask the store for.
+
+    It reaches the store through the job's store client (store_client.py): ``open_store`` is its
+    ``open_patiently`` and ``disable`` its ``disable``, taken as plain callables so that a test
+    can hand it any store."""
 
     def __init__(self, *, open_store: Callable[[], protocols.Store], disable: Callable[[BaseException], None],
                  stats: HookStats, device_kind: str, device_name: Callable[[], str], trusted: TrustedKeys,
