@@ -459,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     targets = args.files[:1] if args.command == "merge" else args.files
     for path in targets:
+        if "runs" not in json.loads(Path(path).read_text()):
+            print(f"skipped {path}: one run of its own layout, whose benchmark writes its Markdown")
+            continue
         results = results_of(path)
         for source in args.files[1:] if args.command == "merge" else ():
             for entry in load(source)["runs"]:
