@@ -309,6 +309,15 @@ def _match_threads(job: TuneJob) -> None:
 
 def tune_request(job: TuneJob) -> TuningResult:
     """Tune ``job.request`` here; failures come back as a result, never raised."""
+    from .search import searched, tune_searched
+
+    if searched(job):  # a sweep's --search other than the default (workers/search.py)
+        return tune_searched(job)
+    return tune_with(job, TunePolicy(device=job.device))
+
+
+def tune_with(job: TuneJob, policy: TunePolicy) -> TuningResult:
+    """``tune_request`` with ``policy`` timing the candidates."""
     from autotune.inductor_glue.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()
@@ -318,7 +327,6 @@ def tune_request(job: TuneJob) -> TuningResult:
     failures = _FailureLog()
     inductor_log = logging.getLogger("torch._inductor")
     inductor_log.addHandler(failures)
-    policy = TunePolicy(device=job.device)
     try:
         for _attempt in range(MAX_WINNER_RETRIES + 1):
             graph, output = _compile_and_run_standing_in(job, policy)

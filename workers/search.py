@@ -1,0 +1,140 @@
+"""Tune one request with Inductor's exhaustive GEMM/conv search space, within a time budget.
+
+A sweep asks for it with ``--search exhaustive`` (``Settings.search``): the job it sends
+carries the search and the budget among its config overrides (``search_overrides``), and
+``tune_request`` hands such a job here. It is tuned as every request is (workers/tune.py),
+with three differences:
+
+- Inductor's config holds the exhaustive search space (inductor_glue/search_space.py says
+  what that adds on each device, and what it leaves as the job has it).
+- Benchmarking stops once the request's budget is spent: ATen's choices are timed first,
+  always, then the templates a few at a time in Inductor's order; those left when the budget
+  runs out are recorded untimed (``timeout``, with the reason), and the best so far wins.
+- The stored row is filed under the job's environment (computed with the job's search
+  space, so that the job's lookup finds it) and marked ``search="exhaustive"``.
+
+Serving: a winner the default search space also offers is served by the job as any winner,
+with no benchmark. A winner only the exhaustive space offers (a block size, stage or warp
+count outside the default list) is a config the job's compile never generates, so the job
+serves the fastest of the configs it does generate, by the exhaustive run's timings, still
+with no benchmark (autotune/serve_policy.py counts it as ``winner_not_generated``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.cache.records import CandidateResult, TuningResult
+from autotune.inductor_glue import search_space
+from autotune.inductor_glue.inductor import Benchmark, ObservedRequest, Timings, choice_hash, choice_kind
+
+from .jobs import TuneJob
+from .tune import TunePolicy, tune_with
+
+log = logging.getLogger(__name__)
+
+SEARCH_DEFAULT = "default"
+SEARCH_EXHAUSTIVE = "exhaustive"
+# Keys of a job's config overrides that are this module's, never Inductor's: ``tune_request``
+# takes them out before the compile.
+SEARCH_KEY = "autotune.search"
+BUDGET_KEY = "autotune.budget_s"
+# Templates timed per benchmark call: small enough that a budget is overrun by little.
+_BATCH = 8
+
+
+def search_overrides(search: str, budget_s: float | None) -> dict[str, Any]:
+    """What a sweep adds to each job's config overrides for ``search`` (nothing for the default)."""
+    if search == SEARCH_DEFAULT:
+        return {}
+    return {SEARCH_KEY: search, BUDGET_KEY: budget_s}
+
+
+def searched(job: TuneJob) -> bool:
+    """Whether ``job`` asks for a search other than the default."""
+    return job.config_overrides.get(SEARCH_KEY, SEARCH_DEFAULT) != SEARCH_DEFAULT
+
+
+@dataclass
+class BudgetedPolicy(TunePolicy):
+    """``TunePolicy`` that stops timing new candidates once ``budget_s`` is spent, and files
+    the request under the job's environment (``job_values``: the job's search space)."""
+
+    job_values: dict[str, Any] = field(default_factory=dict)
+    budget_s: float | None = None
+    spent_s: float = 0.0
+    over_budget: set[str] = field(default_factory=set)  # choice hashes left untimed
+
+    def lookup(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,
+               default: Any) -> Timings:
+        if self.env is None:
+            from autotune.inductor_glue.env import current_environment
+
+            with search_space.as_the_job_has_it(self.job_values):
+                self.env = current_environment(self.device)
+        budgeted = self._budgeted(benchmark) if benchmark is not None else None
+        return super().lookup(request, choices, budgeted, default)
+
+    def _budgeted(self, benchmark: Benchmark) -> Benchmark:
+        def run(choices: list[Any]) -> Timings:
+            aten = [c for c in choices if choice_kind(c) == "aten"]
+            rest = [c for c in choices if choice_kind(c) != "aten"]
+            timings = self._timed(benchmark, aten)  # always: the fallback and the reference
+            for start in range(0, len(rest), _BATCH):
+                batch = rest[start:start + _BATCH]
+                if self._spent():
+                    self.over_budget.update(choice_hash(c) for c in batch)
+                    timings.update({c: math.inf for c in batch})
+                else:
+                    timings.update(self._timed(benchmark, batch))
+            return timings
+
+        return run
+
+    def _timed(self, benchmark: Benchmark, choices: list[Any]) -> Timings:
+        if not choices:
+            return {}
+        began = time.perf_counter()
+        try:
+            return dict(benchmark(choices))
+        finally:
+            self.spent_s += time.perf_counter() - began
+
+    def _spent(self) -> bool:
+        return self.budget_s is not None and self.spent_s >= self.budget_s
+
+
+def tune_searched(job: TuneJob, tune: Callable[[TuneJob, TunePolicy], TuningResult] = tune_with) -> TuningResult:
+    """Tune ``job`` with the search its overrides name; the result marked with that search."""
+    overrides = dict(job.config_overrides)
+    search = str(overrides.pop(SEARCH_KEY, SEARCH_DEFAULT))
+    budget = overrides.pop(BUDGET_KEY, None)
+    budget_s = float(budget) if budget is not None else None
+    if search != SEARCH_EXHAUSTIVE:
+        raise ValueError(f"unknown search {search!r}")
+    values = search_space.job_values(overrides)
+    patched = dataclasses.replace(job, config_overrides={**overrides, **search_space.exhaustive_config(job.device)})
+    log.info("exhaustive search of %s: %s", job.request.op, search_space.what_it_adds(job.device))
+    policy = BudgetedPolicy(device=job.device, job_values=values, budget_s=budget_s)
+    result = tune(patched, policy)
+    return _marked(result, policy, budget_s)
+
+
+def _marked(result: TuningResult, policy: BudgetedPolicy, budget_s: float | None) -> TuningResult:
+    """The result as stored: the candidates the budget left untimed say so, and the row names
+    the exhaustive search (with the job's request, overrides and all, as the sweep sent it)."""
+    reason = f"not timed: the exhaustive search's budget of {budget_s} s per request ran out"
+    candidates = tuple(_untimed(c, reason) if c.choice_hash in policy.over_budget and c.time_ms is None else c
+                       for c in result.candidates)
+    provenance = dataclasses.replace(result.provenance, search=SEARCH_EXHAUSTIVE)
+    return dataclasses.replace(result, candidates=candidates, provenance=provenance)
+
+
+def _untimed(candidate: CandidateResult, reason: str) -> CandidateResult:
+    return dataclasses.replace(candidate, failure_kind="timeout", failure_message=reason)
