@@ -166,6 +166,7 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Li
     that failed validation are left out, in the listing's ``malformed``."""
     from autotune.inductor_glue.env import current_environment
     from autotune.workers.jobs import TuneJob
+    from autotune.workers.search import search_overrides
 
     here = current_environment(device)
     logged = store.misses(None)
@@ -185,6 +186,7 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Li
         if not same_machine:
             continue
         config = {k: v for k, v in env.config.items() if not (isinstance(v, str) and v.startswith("<"))}
+        config.update(search_overrides(settings.search, settings.budget_s))
         jobs.append(TuneJob(miss.request, env, settings.mode, config, device, sweep_id))
     return jobs
 
@@ -528,10 +530,11 @@ class _Sweep:
         """Plan one request as capture finds it in ``model``: cached, queued (streamed to
         workers), or planned (dry run). 1 if it is new to this sweep."""
         from autotune.workers.jobs import TuneJob
+        from autotune.workers.search import cached_keys, search_overrides
 
         env_key = env.key if env else ""
         if env is not None and env_key not in self.cached_keys:
-            self.cached_keys[env_key] = self.store.cached_request_keys(env)
+            self.cached_keys[env_key] = cached_keys(self.store, env, self.settings.search)
         decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
         if decision is None:  # found before: if this sweep queued it, this model's pass waits for it too
             if request.key in self.queued_keys:
@@ -546,7 +549,8 @@ class _Sweep:
             self.mark("first_request_queued")
             self.queued_keys.add(request.key)
             self.readiness.needs(model, request.key)
-            self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
+            searched = {**overrides, **search_overrides(self.settings.search, self.settings.budget_s)}
+            self.queue.put(TuneJob(request, env, self.settings.mode, searched, self.device,
                                    self.report.sweep_id), priority=float(model in self.training))
         return 1
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.cache.records import CandidateResult, TuningResult
+from autotune.cache.records import CandidateResult, Environment, TuningResult
 from autotune.inductor_glue import search_space
 from autotune.inductor_glue.inductor import Benchmark, ObservedRequest, Timings, choice_hash, choice_kind
 
@@ -59,6 +59,15 @@ def search_overrides(search: str, budget_s: float | None) -> dict[str, Any]:
 def searched(job: TuneJob) -> bool:
     """Whether ``job`` asks for a search other than the default."""
     return job.config_overrides.get(SEARCH_KEY, SEARCH_DEFAULT) != SEARCH_DEFAULT
+
+
+def cached_keys(store: Any, env: Environment, search: str) -> set[str]:
+    """Keys of the requests a sweep with ``search`` may skip: those stored ok for ``env``, and
+    for the exhaustive search only those it found (a default row is searched again, and its
+    winner replaced in the same row)."""
+    if search == SEARCH_DEFAULT:
+        return set(store.cached_request_keys(env))
+    return {r.request.key for r in store.results_for_env(env) if r.provenance.search == search}
 
 
 @dataclass
