@@ -12,6 +12,7 @@ from autotune.cache.records import STATUS_OK, Environment, TuningRequest, Tuning
 from autotune.inductor_glue.distributed import DistributedSpec
 
 from .plan import shape_summary
+from .sweep_cost import cost_json
 
 if TYPE_CHECKING:  # the pass's report: pointwise.py imports torch's side of the pass
     from .pointwise import PointwiseReport
@@ -202,6 +203,7 @@ class SweepReport:
                 "wall_seconds": round(self.wall_seconds, 3),
                 "candidates_refused": self.refused(),
             },
+            "cost": cost_json(self),
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
             "malformed_rows": self.malformed_rows,
