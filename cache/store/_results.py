@@ -46,7 +46,7 @@ _LOOKUP_CANDIDATES = (
 )
 _CANDIDATE_FIELDS = (
     "id", "choice_hash", "kind", "name", "description", "template_id",
-    "params", "time_ms", "failure_kind", "failure_message",
+    "params", "time_ms", "failure_kind", "failure_message", "spread", "repeats",
 )  # fmt: skip
 # How PostgreSQL's JSON writes the float8 values JSON has no number for.
 _PG_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -302,10 +302,9 @@ def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
 
 def _pg_candidate(data: dict[str, Any]) -> dict[str, Any]:
     """A candidate as PostgreSQL's JSON gave it, its float8 time back as a float."""
-    time_ms = data.get("time_ms")
-    if isinstance(time_ms, str) and time_ms in _PG_FLOAT_WORDS:
-        return {**data, "time_ms": _PG_FLOAT_WORDS[time_ms]}
-    return data
+    words = {name: _PG_FLOAT_WORDS[value] for name in ("time_ms", "spread")
+             if isinstance(value := data.get(name), str) and value in _PG_FLOAT_WORDS}
+    return {**data, **words} if words else data
 
 
 def _exists(conn: Connection, table: sa.Table, *where: sa.ColumnElement[bool]) -> bool:
