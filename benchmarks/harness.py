@@ -162,17 +162,24 @@ def write_stamp() -> Path:
     return STAMP
 
 
-def record_code(run: dict[str, Any], folder: Path) -> None:
-    """Put the measured code in ``run``: its commit and, for uncommitted changes, the diff under ``folder``."""
+def record_code(run: dict[str, Any]) -> Code:
+    """Put the measured code in ``run``: its commit and, for uncommitted changes, where its diff goes."""
     found = code()
     run["commit"] = found.field()
     if found.note:
         run["code_note"] = found.note
     if found.diff and found.tree:
-        path = folder / DIFFS / f"{found.tree}.diff"
+        run["changes"] = {"tree": found.tree, "diff": f"{DIFFS}/{found.tree}.diff"}
+    return found
+
+
+def save_diff(run: dict[str, Any], found: Code, folder: Path) -> None:
+    """Write the diff ``run`` names beside its results file, once the results are saved."""
+    changes = run.get("changes") or {}
+    if changes.get("tree") == found.tree and found.diff:
+        path = folder / changes["diff"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(found.diff)
-        run["changes"] = {"tree": found.tree, "diff": f"{DIFFS}/{found.tree}.diff"}
 
 
 def log_to_stderr(verbose: bool = False) -> None:
@@ -359,11 +366,12 @@ class Results:
     def __init__(self, out: Path, name: str, title: str, render: Callable[[dict[str, Any]], list[str]]) -> None:
         self.path, self.name, self.title, self.render = Path(out) / f"{name}.json", name, title, render
         self.data: dict[str, Any] = load(self.path) if self.path.exists() else {"benchmark": name, "runs": []}
+        self.codes: list[tuple[dict[str, Any], Code]] = []  # this process's runs and the code each measured
 
     def run(self, label: str, info: dict[str, Any], command: str) -> dict[str, Any]:
         """The run of ``label``: a new one (replacing one of the same label), headed by what it measured on."""
         new = {"label": label, "machine": info, "date": now(), "commit": None, "command": command}
-        record_code(new, self.path.parent)
+        self.codes.append((new, record_code(new)))
         self.data["runs"] = [r for r in self.data["runs"] if r.get("label") != label] + [new]
         return new
 
@@ -374,6 +382,8 @@ class Results:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
         self.path.with_suffix(".md").write_text(markdown(self.data, self.title, self.render))
+        for run, found in self.codes:
+            save_diff(run, found, self.path.parent)
 
 
 def new_run(store: Results, label: str | None, prog: str, argv: list[str]) -> dict[str, Any]:

@@ -34,15 +34,17 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_clean_checkout_records_its_full_commit(checkout: Path, tmp_path: Path) -> None:
     run: dict = {}
     (checkout / "ignored.log").write_text("not code")
-    harness.record_code(run, tmp_path / "out")
+    harness.record_code(run)
     assert run == {"commit": _git(checkout, "rev-parse", "HEAD")}
 
 
-def test_a_dirty_checkout_records_its_tree_and_diff(checkout: Path, tmp_path: Path) -> None:
+def test_a_dirty_checkout_records_its_tree_and_its_diff_beside_the_results(checkout: Path, tmp_path: Path) -> None:
     (checkout / "code.py").write_text("x = 2\n")
     (checkout / "new.py").write_text("y = 1\n")
-    run: dict = {}
-    harness.record_code(run, tmp_path / "out")
+    store = harness.Results(tmp_path / "out", "demo", "Demo", lambda run: [])
+    run = store.run("cpu", {}, "python -m demo")
+    assert not (tmp_path / "out" / "diffs").exists()  # nothing beside results not yet saved
+    store.save()
     assert run["commit"] == _git(checkout, "rev-parse", "HEAD") + "+changes"
     diff = (tmp_path / "out" / run["changes"]["diff"]).read_text()
     assert "+x = 2" in diff and "+y = 1" in diff
