@@ -23,6 +23,7 @@ import ast
 import functools
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -393,3 +394,13 @@ def test_the_checker_sees_each_kind_of_touch() -> None:
     assert covers(declared, "torch._inductor.config")  # imported to reach a declared name
     assert covers(declared, "._private_thing")  # an entry ending in it
     assert not covers({"torch._inductor.config"}, "torch._inductor.config.some_key")  # a module's names
+
+
+def test_docs_versions_md_states_the_registrys_count() -> None:
+    """docs/gen_versions.py counts the seams from the registry (tests/test_doctor.py checks the
+    whole page is in step); this names the count that drifted by hand before."""
+    page = Path(__file__).resolve().parents[1] / "docs" / "versions.md"
+    if not page.is_file():
+        pytest.skip("no docs beside these tests (the wheel's copy of them)")
+    stated = re.search(r"declares (\d+) seams", " ".join(page.read_text().split()))
+    assert stated is not None and int(stated.group(1)) == len(seams.SEAMS), "run python docs/gen_versions.py"
