@@ -371,6 +371,14 @@ _declare("torch._inductor.config", "get_config_copy", READ, (SWEEP_CAPTURE,),
 _declare("torch._inductor.config", "compile_threads", READ, (SWEEP_CAPTURE,),
          "the exhaustive search compiles that many candidates at a time (workers/search.py; one without it)",
          required=False, checked_on=SOURCE_CHECKED_ON)
+# The exhaustive search (inductor_glue/search_space.py names them by a computed name, which the
+# name check cannot see): set where this torch has them, nothing searched exhaustively without.
+_declare("torch._inductor.config", "max_autotune_gemm_search_space", ASSIGN, (SWEEP_CAPTURE,),
+         "a worker's exhaustive GEMM/conv search space (`sweep --search exhaustive`)", required=False,
+         checked_on=SOURCE_CHECKED_ON)
+_declare("torch._inductor.config", "max_autotune_prune_choices_based_on_shared_mem", ASSIGN, (SWEEP_CAPTURE,),
+         "the exhaustive space drops configs that cannot launch for their shared memory (GPUs)", required=False,
+         checked_on=SOURCE_CHECKED_ON)
 _declare("torch._inductor.config", "cpp.cxx", READ, (),
          "autotune doctor names the C++ compiler Inductor's CPU code is built with (g++ without it)",
          required=False, checked_on=SOURCE_CHECKED_ON)

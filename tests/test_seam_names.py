@@ -167,6 +167,11 @@ class _Scanner:
     def __init__(self, tree: ast.Module, where: str, own: set[str]) -> None:
         self.nodes, self.where, self.own = list(ast.walk(tree)), where, own
         self.bound: dict[str, str] = {}  # a local name -> the dotted path it stands for
+        self.constants = {target.id: statement.value.value for statement in tree.body
+                          if isinstance(statement, ast.Assign | ast.AnnAssign)
+                          and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
+                          for target in (statement.targets if isinstance(statement, ast.Assign)
+                                         else [statement.target]) if isinstance(target, ast.Name)}
 
     def touches(self) -> Iterator[Touch]:
         yield from self._imports()
@@ -239,26 +244,46 @@ class _Scanner:
             yield Touch(f".{node.attr}", f"{self.where}:{node.lineno}")
 
     def _call(self, node: ast.Call) -> Iterator[Touch]:
-        if not (isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_CALLS and len(node.args) >= 2):
-            return
-        name = node.args[1]
-        if isinstance(name, ast.Constant) and isinstance(name.value, str):
-            yield from self._named_attribute(node.args[0], name.value, node)
+        module = self._module_by_name(node)
+        if module is not None:  # importlib.import_module("torch._x") on its own
+            yield from self._touch(module, node)
+        callee = self.path_of(node.func)
+        if callee is not None and callee.endswith(".patch") and node.args and isinstance(node.args[0], ast.Dict):
+            for key in node.args[0].keys:  # config.patch({"key": value}): the option set by name
+                name = self._string(key)
+                if name is not None:
+                    yield from self._touch(f"{callee.removesuffix('.patch')}.{name}", node)
+        if callee is not None and callee.endswith(".patch"):
+            for keyword in node.keywords:  # config.patch(key=value)
+                if keyword.arg is not None:
+                    yield from self._touch(f"{callee.removesuffix('.patch')}.{keyword.arg}", node)
+        if isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_CALLS and len(node.args) >= 2:
+            name = self._string(node.args[1])
+            if name is not None:
+                yield from self._named_attribute(node.args[0], name, node)
+
+    def _string(self, node: ast.AST | None) -> str | None:
+        """A string constant, or a module-level name bound to one (``KEY = "option"``)."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return self.constants.get(node.id)
+        return None
 
     def _vars_subscript(self, node: ast.Subscript) -> Iterator[Touch]:
         """``vars(x)["name"]`` and ``vars(x).get("name")`` (the latter is a call on an attribute)."""
         holder, key = node.value, node.slice
         if (isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id == "vars"
-                and holder.args and isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            yield from self._named_attribute(holder.args[0], key.value, node)
+                and holder.args and self._string(key) is not None):
+            yield from self._named_attribute(holder.args[0], self._string(key) or "", node)
 
     def vars_get(self) -> Iterator[Touch]:
         for node in self.nodes:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                     and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
                     and node.func.value.func.id == "vars" and node.func.value.args and node.args
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                yield from self._named_attribute(node.func.value.args[0], node.args[0].value, node)
+                    and self._string(node.args[0]) is not None):
+                yield from self._named_attribute(node.func.value.args[0], self._string(node.args[0]) or "", node)
 
     def _named_attribute(self, owner: ast.AST, name: str, node: ast.AST) -> Iterator[Touch]:
         base = self.path_of(owner)
@@ -376,6 +401,10 @@ def touch(obj, graph):
     AlgorithmSelectorCache._private
     AlgorithmSelectorCache.lookup  # a public attribute of a named class: AlgorithmSelectorCache's
     torch.compile, torch._dynamo.mark_dynamic, threading.current_thread()  # public
+    hasattr(inductor_config, OPTION)
+    inductor_config.patch({"patched_key": 1}, other_key=2)
+
+OPTION = "named_key"
 """
 
 
@@ -388,6 +417,7 @@ def test_the_checker_sees_each_kind_of_touch() -> None:
         "torch._inductor.select_algorithm.AlgorithmSelectorCache._private",
         "torch._dynamo.package", "torch._dynamo.package.CompilePackage",
         "sys._getframe", "threading._shutdown", "._hidden", "._private_thing",
+        "torch._inductor.config.named_key", "torch._inductor.config.patched_key", "torch._inductor.config.other_key",
     }
     declared = {"torch._inductor.config.some_key", "torch._inductor.select_algorithm.AlgorithmSelectorCache",
                 "x.Graph._private_thing"}
