@@ -7,17 +7,22 @@ with three differences:
 
 - Inductor's config holds the exhaustive search space (inductor_glue/search_space.py says
   what that adds on each device, and what it leaves as the job has it).
-- Benchmarking stops once the request's budget is spent: ATen's choices are timed first,
-  always, then the templates a few at a time in Inductor's order; those left when the budget
-  runs out are recorded untimed (``timeout``, with the reason), and the best so far wins.
+- Compiling and benchmarking stop once the request's budget is spent (``BudgetedPolicy``):
+  ATen's choices are timed first, always, then the templates a batch at a time; those left
+  when the budget runs out are recorded untimed (``timeout``, with the reason), and the best
+  so far wins.
 - The stored row is filed under the job's environment (computed with the job's search
   space, so that the job's lookup finds it) and marked ``search="exhaustive"``.
 
 Serving: a winner the default search space also offers is served by the job as any winner,
 with no benchmark. A winner only the exhaustive space offers (a block size, stage or warp
-count outside the default list) is a config the job's compile never generates, so the job
-serves the fastest of the configs it does generate, by the exhaustive run's timings, still
-with no benchmark (autotune/serve_policy.py counts it as ``winner_not_generated``).
+count outside the default list) is a config the job's compile never generates on its own:
+the stored row keeps the winner's generate() arguments (``pinning.PIN_ARGS``), and the hook
+generates it in the place of the first config of its template that lost
+(``PinIndex.instead``), once per lowering, its source and hash the worker's. Where that cannot
+be done (hook pinning off, a template the job does not use), the job serves the fastest of
+the configs it does generate, by the exhaustive run's timings, still with no benchmark
+(autotune/serve_policy.py counts it as ``winner_not_generated``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.cache.records import CandidateResult, Environment, TuningResult
-from autotune.inductor_glue import search_space
+from autotune.inductor_glue import pinning, search_space
 from autotune.inductor_glue.inductor import Benchmark, ObservedRequest, Timings, choice_hash, choice_kind
 
 from .jobs import TuneJob
@@ -45,8 +50,6 @@ SEARCH_EXHAUSTIVE = "exhaustive"
 # takes them out before the compile.
 SEARCH_KEY = "autotune.search"
 BUDGET_KEY = "autotune.budget_s"
-# Templates timed per benchmark call: small enough that a budget is overrun by little.
-_BATCH = 8
 
 
 def search_overrides(search: str, budget_s: float | None) -> dict[str, Any]:
@@ -72,11 +75,20 @@ def cached_keys(store: Any, env: Environment, search: str) -> set[str]:
 
 @dataclass
 class BudgetedPolicy(TunePolicy):
-    """``TunePolicy`` that stops timing new candidates once ``budget_s`` is spent, and files
-    the request under the job's environment (``job_values``: the job's search space)."""
+    """``TunePolicy`` that stops compiling and timing new candidates once ``budget_s`` is
+    spent, and files the request under the job's environment (``job_values``: the job's
+    search space).
+
+    With a budget, Inductor's own precompile step is skipped: it compiles every candidate of
+    the request before any is timed, which for the exhaustive space takes minutes. Instead
+    each batch is compiled here (in parallel, as Inductor does) just before it is timed, so
+    the budget bounds both. ATen's choices come first, then the configs the capture rendered,
+    then the rest in the order of their hashes: a spread over the space, not its smallest
+    tiles first."""
 
     job_values: dict[str, Any] = field(default_factory=dict)
     budget_s: float | None = None
+    first: frozenset[str] = frozenset()  # choice hashes timed before the rest (the capture's)
     spent_s: float = 0.0
     over_budget: set[str] = field(default_factory=set)  # choice hashes left untimed
 
@@ -87,24 +99,40 @@ class BudgetedPolicy(TunePolicy):
 
             with search_space.as_the_job_has_it(self.job_values):
                 self.env = current_environment(self.device)
-        budgeted = self._budgeted(benchmark) if benchmark is not None else None
+        if benchmark is None:
+            answer = super().lookup(request, choices, None, default)
+            # Inductor's precompile check: every choice "known" means it compiles none up front.
+            return {c: 0.0 for c in choices} if self.budget_s is not None else answer
+        budgeted = self._budgeted(benchmark) if self.budget_s is not None else benchmark
         return super().lookup(request, choices, budgeted, default)
 
     def _budgeted(self, benchmark: Benchmark) -> Benchmark:
         def run(choices: list[Any]) -> Timings:
             aten = [c for c in choices if choice_kind(c) == "aten"]
-            rest = [c for c in choices if choice_kind(c) != "aten"]
             timings = self._timed(benchmark, aten)  # always: the fallback and the reference
-            for start in range(0, len(rest), _BATCH):
-                batch = rest[start:start + _BATCH]
+            rest = sorted((c for c in choices if choice_kind(c) != "aten"),
+                          key=lambda c: (choice_hash(c) not in self.first, choice_hash(c)))
+            size = _batch_size()
+            for start in range(0, len(rest), size):
+                batch = rest[start:start + size]
                 if self._spent():
                     self.over_budget.update(choice_hash(c) for c in batch)
                     timings.update({c: math.inf for c in batch})
                 else:
-                    timings.update(self._timed(benchmark, batch))
+                    timings.update(self._compiled_and_timed(benchmark, batch))
             return timings
 
         return run
+
+    def _compiled_and_timed(self, benchmark: Benchmark, batch: list[Any]) -> Timings:
+        began = time.perf_counter()
+        try:
+            broken = _precompile(batch)
+        finally:
+            self.spent_s += time.perf_counter() - began
+        timings: Timings = {c: math.inf for c in batch if c in broken}
+        timings.update(self._timed(benchmark, [c for c in batch if c not in broken]))
+        return timings
 
     def _timed(self, benchmark: Benchmark, choices: list[Any]) -> Timings:
         if not choices:
@@ -119,6 +147,33 @@ class BudgetedPolicy(TunePolicy):
         return self.budget_s is not None and self.spent_s >= self.budget_s
 
 
+def _batch_size() -> int:
+    """Candidates compiled and timed per step: one per compile thread, as Inductor compiles them."""
+    from torch._inductor import config
+
+    return max(1, int(getattr(config, "compile_threads", 1) or 1))
+
+
+def _precompile(batch: list[Any]) -> set[Any]:
+    """Compile ``batch`` in parallel threads; the choices whose compile raised (a candidate
+    failure is data: Inductor's benchmark then times it as failed, here it is not timed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_one(choice: Any) -> bool:
+        try:
+            precompile = getattr(choice, "precompile", None)
+            if precompile is not None:
+                precompile()
+            return True
+        except Exception as exc:  # noqa: BLE001 - a config that cannot compile is a result
+            log.info("candidate %s did not compile: %s", getattr(choice, "name", choice), exc)
+            return False
+
+    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+        compiled = list(pool.map(compile_one, batch))
+    return {choice for choice, ok in zip(batch, compiled) if not ok}
+
+
 def tune_searched(job: TuneJob, tune: Callable[[TuneJob, TunePolicy], TuningResult] = tune_with) -> TuningResult:
     """Tune ``job`` with the search its overrides name; the result marked with that search."""
     overrides = dict(job.config_overrides)
@@ -130,7 +185,8 @@ def tune_searched(job: TuneJob, tune: Callable[[TuneJob, TunePolicy], TuningResu
     values = search_space.job_values(overrides)
     patched = dataclasses.replace(job, config_overrides={**overrides, **search_space.exhaustive_config(job.device)})
     log.info("exhaustive search of %s: %s", job.request.op, search_space.what_it_adds(job.device))
-    policy = BudgetedPolicy(device=job.device, job_values=values, budget_s=budget_s)
+    policy = BudgetedPolicy(device=job.device, job_values=values, budget_s=budget_s,
+                            first=frozenset(job.request.choice_hashes))
     result = tune(patched, policy)
     return _marked(result, policy, budget_s)
 
@@ -141,8 +197,21 @@ def _marked(result: TuningResult, policy: BudgetedPolicy, budget_s: float | None
     reason = f"not timed: the exhaustive search's budget of {budget_s} s per request ran out"
     candidates = tuple(_untimed(c, reason) if c.choice_hash in policy.over_budget and c.time_ms is None else c
                        for c in result.candidates)
+    candidates = tuple(_with_arguments(c, policy) if c.choice_hash == result.winner_hash else c for c in candidates)
     provenance = dataclasses.replace(result.provenance, search=SEARCH_EXHAUSTIVE)
     return dataclasses.replace(result, candidates=candidates, provenance=provenance)
+
+
+def _with_arguments(winner: CandidateResult, policy: BudgetedPolicy) -> CandidateResult:
+    """The winner with its generate() arguments (``pinning.PIN_ARGS``): the default config list
+    of the job's compile may lack it, and the hook generates it from them in a lost config's
+    place (``PinIndex.instead``), with no benchmark."""
+    choice = next((timed[0] for bucket in policy.times.values() for h, timed in bucket.items()
+                   if h == winner.choice_hash), None)
+    arguments = pinning.pin_args(choice) if choice is not None else {}
+    if not arguments:
+        return winner
+    return dataclasses.replace(winner, params={**winner.params, pinning.PIN_ARGS: arguments})
 
 
 def _untimed(candidate: CandidateResult, reason: str) -> CandidateResult:
