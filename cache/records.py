@@ -304,6 +304,9 @@ SEARCH_DEFAULT = "default"
 # Why a result stores ATen though another candidate looked faster: the difference was
 # within the measured noise of the two timings (workers/noise.py).
 FALLBACK_WITHIN_NOISE = "within_noise"
+# Why: it would have won on a quiet host, but the host was busy, and a busy CPU's timings
+# of one candidate against another mean little (workers/noise.py).
+FALLBACK_BUSY_HOST = "busy_host"
 
 
 @dataclass(frozen=True)
@@ -352,8 +355,14 @@ class TuningResult:
 
     @property
     def winner_spread(self) -> float | None:
+        """The noise the winner was chosen under: the largest spread of the winner and the two
+        fastest candidates (what it was compared with); None where none has one."""
         winner = self.winner
-        return None if winner is None else winner.spread
+        if winner is None:
+            return None
+        fastest = sorted((c for c in self.candidates if c.time_ms is not None), key=lambda c: c.time_ms or 0.0)[:2]
+        spreads = [c.spread for c in (winner, *fastest) if c.spread is not None]
+        return max(spreads) if spreads else None
 
     @property
     def aten_time_ms(self) -> float | None:
