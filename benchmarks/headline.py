@@ -68,6 +68,14 @@ def figure(cell: dict[str, Any], key: str) -> str:
     return f"{found['median']:.1f} s ({found['min']:.1f}-{found['max']:.1f})"
 
 
+def short(commit: Any) -> str:
+    """A commit as git's short form, with what follows it ("+changes")."""
+    if not commit:
+        return "unrecorded"
+    head, plus, rest = str(commit).partition("+")
+    return (head[:7] if len(head) == 40 else head) + plus + rest
+
+
 def times(value: Any) -> str:
     return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
 
@@ -113,9 +121,9 @@ def section(data: dict[str, Any], labels: list[str] | None = None, results_name:
         "**default** is a plain default-mode compile; the **warm start** is `autotune.warm_start()` at",
         "the script's top, its max-autotune compile served from a swept cache.",
         "",
-        f"The rule every row keeps: one run, one commit ({first.get('commit') or 'unrecorded'}), the same",
-        f"machine, {per} processes per figure (floor/default/warm start in the table), the scenarios",
-        "taking turns; each figure is their median, with the fastest and slowest in brackets, and",
+        f"The rule every row keeps: one run, one commit ({short(first.get('commit'))}), the same machine,",
+        f"{per} processes per figure, the scenarios taking turns; each figure is their median, with",
+        "the fastest and slowest in brackets (the processes column: floor/default/warm start), and",
         "each ratio is between medians of that run. Made by `python -m benchmarks.headline` from",
         f"`benchmarks/results/{results_name}` ({commands}); every run, with its method, in",
         "[docs/results.md](docs/results.md).",
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print("README.md's headline is up to date" if updated == readme else "README.md's headline differs")
         return 0 if updated == readme else 1
     args.readme.write_text(updated)
-    print(f"wrote {args.readme}'s headline from {len(new.splitlines())} lines")
+    print(f"wrote the headline of {args.readme} from {args.results}")
     return 0
 
 

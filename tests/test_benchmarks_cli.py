@@ -216,7 +216,7 @@ def test_headline_renders_one_runs_table_between_the_markers(tmp_path: Path) -> 
     assert ("| small MLP (`examples/mlp.py`) | H100 80GB HBM3, torch 2.11.0, 2026-12-07 | 3/3/3 | "
             "11.0 s (10.0-12.0) | 20.0 s (19.0-21.0) | 8.0 s (7.0-9.0) | **0.73x** | 4.0 s (4.0-4.0) | "
             "14.0 s (14.0-14.0) | 2.0 s (2.0-2.0) | 0.50x |") in text
-    assert "one commit (abc1234), the same" in text and "3 processes per figure" in text
+    assert "one commit (abc1234), the same machine,\n3 processes per figure" in text
     assert "Not measured in this run: vit (vit: skipped, transformers is not installed)." in text
     assert "[docs/results.md](docs/results.md)" in text and "0000000" not in text
     assert headline.main(["--results", str(results), "--readme", str(readme), "--check"]) == 0
