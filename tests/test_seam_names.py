@@ -1,20 +1,22 @@
 """Every private torch, Triton or CPython name the product's code touches is declared in
 inductor_glue/seams.py, by name: declaring a module declares none of its names.
 
-The code is read with ``ast`` alone (nothing of it is imported), so the check takes a second.
-What it sees as a touched name:
+The code is read with ``ast`` (none of it runs), so the check takes seconds. What it sees as
+a touched name:
 
 - an attribute chain rooted at an imported torch, Triton or standard-library module, or at a
   name imported from one (``torch._dynamo.config.x``, ``select_algorithm.AlgorithmSelectorCache``);
 - ``from torch._inductor.x import y`` (the name ``torch._inductor.x.y``);
-- ``getattr``/``setattr``/``hasattr``/``delattr`` with a string constant, and ``vars(x)["name"]``;
+- ``getattr``/``setattr``/``hasattr``/``delattr`` and ``vars(x)["name"]`` with a string constant
+  or a module-level name bound to one, and the keys of ``config.patch({...})``;
 - a private attribute (``_name``, not a dunder) on any object, where the product itself defines
   no attribute, function or variable of that name: it belongs to something torch handed us.
 
 A name is private when a component of its dotted path starts with one underscore, or when it
 lies in a module documented as internal (``INTERNAL_MODULES``). Past the first name inside a
 module, only private attributes count: ``V.graph.sizevars`` is ``V``'s, ``V.graph._x`` is a
-name of its own.
+name of its own. A name the code computes at run time (an option passed in a variable) is not
+seen: it is declared by hand, as inductor_glue/search_space.py's options are.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -99,7 +102,8 @@ def _module_file_exists(path: str) -> bool:
         return True
     for location in spec.submodule_search_locations or ():
         base = Path(location, *rest.split("."))
-        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file() or any(
+                base.with_name(base.name + suffix).is_file() for suffix in EXTENSION_SUFFIXES):  # torch._C
             return True
     return False
 
