@@ -150,7 +150,7 @@ def _generate_instead(original: Any, template: Any, bound: inspect.BoundArgument
     moved = pin_of(template, arguments)
     if moved is None or moved.key != instead.key or not _LOWERINGS.claim(pin, bound.arguments, instead.key):
         return None
-    rebound = inspect.BoundArguments(bound.signature, arguments)  # type: ignore[arg-type]
+    rebound = inspect.BoundArguments(bound.signature, arguments)
     choice = original(*rebound.args, **rebound.kwargs)
     if choice is not None:
         try:
