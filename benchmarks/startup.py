@@ -1,8 +1,9 @@
 """What a user waits for: a script's whole process, from its start to the first result, in one run.
 
-    python -m benchmarks.startup --models resnet50,mlp --out $OUT   # GPU: two models per call
-    python -m benchmarks.startup --models vit,lm_train --out $OUT
-    python -m benchmarks.startup --quick                            # CPU: the small model only
+    python -m benchmarks.startup --models resnet50,vit --out $OUT     # GPU: two models per device call
+    python -m benchmarks.startup --models lm_train,mlp --out $OUT
+    python -m benchmarks.startup --quick                              # CPU: the small model only
+    python -m benchmarks.headline                                     # README's table from the run
 
 Per model it sweeps once with a signing key, then runs each scenario as a fresh process with
 fresh Inductor and Triton caches. The child is written in the user's order: the model's
