@@ -124,7 +124,9 @@ def _load_model(path: str) -> tuple[Any, tuple[Any, ...]]:
 
 
 def _child(args: argparse.Namespace) -> None:
-    result: dict[str, Any] = {"scenario": args.child}
+    import autotune
+
+    result: dict[str, Any] = {"scenario": args.child, "code": str(Path(autotune.__file__).parents[1])}
     acc: dict[str, list[float]] = {}
     began = time.perf_counter()
     import torch
@@ -230,12 +232,15 @@ def _sample(scenario: str, model: str, prepared: dict[str, Any], code: Path, tmp
     child = "floor" if scenario == "floor" else "warm"
     env = harness.child_env(tmp / f"{scenario}-{index}", code=code)
     env["AUTOTUNE_PREFETCH"] = "0"
-    cmd = [sys.executable, "-m", "benchmarks.install_cost", "--child", child, "--model", model, "--cache",
-           prepared["cache"], "--trusted", f"{prepared['key']}.pub", "--blob", prepared["blob"]]
+    # Run from the code's folder (Python puts it first on the path), this file by its path: another
+    # commit's code may have no such benchmark.
+    runner = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')"
+    cmd = [sys.executable, "-c", runner, "--child", child, "--model", str((harness.REPO / model).resolve()),
+           "--cache", prepared["cache"], "--trusted", f"{prepared['key']}.pub", "--blob", prepared["blob"]]
     if args.profile and child == "warm":
         cmd += ["--profile", str(args.profile / scenario)]
     load = os.getloadavg()[0]
-    done = harness.run(cmd, env, args.timeout)
+    done = harness.run(cmd, env, args.timeout, cwd=code)
     payload = harness.marker_payload(done.stdout) or {"error": harness.tail(done.stderr)}
     return {**payload, "scenario": scenario, "rc": done.rc, "load_before": round(load, 2)}
 
