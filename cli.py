@@ -54,6 +54,7 @@ from autotune.listing import (
     result_summary,
     short_device,
     short_key,
+    status_label,
     winner_label,
 )
 from autotune.plan import fmt_ms as _fmt_ms
@@ -416,7 +417,10 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
        kind: str | None, signer: str | None, as_json: bool) -> None:
     """List cached requests, one per line, with their winners.
 
-    Columns: id, request, device, winner, winner time, speedup over ATen, status.
+    Columns: id, request, device, winner, winner time, speedup over ATen, status with the
+    noise the winner was chosen under (the spread of its timed rounds, "ok ±4%"), marked where
+    ATen was stored because the faster-looking candidate was within the noise or the host was
+    busy ("ok ±40%, aten: within noise").
     With --artifacts: id, kind, key, size, signer, torch version, device, age.
 
     \b
@@ -446,7 +450,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     _print_listing(columns, [
         [str(row_id), shape_summary(result.request), result.env.device_name, winner_label(result),
          _fmt_ms(result.winner.time_ms if result.winner else None), _fmt_speedup(result.speedup_over_aten),
-         result.status]
+         status_label(result)]
         for row_id, result in rows])
     if not rows:
         _err().print("No cached requests match.")

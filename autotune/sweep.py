@@ -530,11 +530,13 @@ class _Sweep:
         """Plan one request as capture finds it in ``model``: cached, queued (streamed to
         workers), or planned (dry run). 1 if it is new to this sweep."""
         from autotune.workers.jobs import TuneJob
+        from autotune.workers.retime import without_busy_timed
         from autotune.workers.search import cached_keys, search_overrides
 
         env_key = env.key if env else ""
         if env is not None and env_key not in self.cached_keys:
-            self.cached_keys[env_key] = cached_keys(self.store, env, self.settings.search)
+            self.cached_keys[env_key] = without_busy_timed(self.store, env,
+                                                           cached_keys(self.store, env, self.settings.search))
         decision = self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
         if decision is None:  # found before: if this sweep queued it, this model's pass waits for it too
             if request.key in self.queued_keys:

@@ -47,6 +47,12 @@ def test_the_floor_holds_where_the_rounds_agree_by_chance() -> None:
     assert choose(unknown).winner == "tpl"  # type: ignore[union-attr]
 
 
+def test_rounds_that_disagree_by_more_than_the_time_itself_store_aten() -> None:
+    # 5000x faster by the medians, but one round of each took far longer than its median.
+    rows = [Timed("aten", True, 40.0, 1.3), Timed("tpl", False, 0.008, 7000.0)]
+    assert choose(rows).fallback_reason == FALLBACK_WITHIN_NOISE  # type: ignore[union-attr]
+
+
 def test_aten_fastest_or_alone_and_no_aten_at_all() -> None:
     assert choose([Timed("aten", True, 1.0, 0.5), Timed("tpl", False, 1.1, 0.0)]).fallback_reason is None  # type: ignore[union-attr]
     # No ATen to fall back to: the fastest is stored.

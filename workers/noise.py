@@ -9,7 +9,7 @@ may well be slower than ATen.
 
 So a candidate other than ATen wins only when its median beats ATen's and the runner-up's
 by more than the noise of the two timings compared (the larger spread, and never less than
-``NOISE_FLOOR``). Otherwise ATen is stored, with the reason ``within_noise``: do no harm.
+``NOISE_FLOOR``), and that noise is below ``MAX_SPREAD``. Otherwise ATen is stored, with the reason ``within_noise``: do no harm.
 Beating the runner-up too keeps repeated sweeps from storing whichever of two equals was
 luckier.
 
@@ -34,6 +34,9 @@ TIMING_ROUNDS = 3
 # The least noise a comparison assumes, whatever the rounds say: a few rounds can agree
 # by chance, and a difference this small is not worth a kernel other than ATen.
 NOISE_FLOOR = 0.03
+# Rounds that disagree by more than the time itself measured nothing: however far ahead a
+# candidate looks then, ATen is stored.
+MAX_SPREAD = 1.0
 # Other processes' ready threads per core, while timing, from which a CPU host is busy.
 BUSY_LOAD = 1.0
 # The least noise a comparison assumes on a busy CPU host.
@@ -123,4 +126,5 @@ def _noise(a: Timed, b: Timed | None, floor: float) -> float:
 
 
 def _clearly_faster(fast: Timed, slow: Timed, floor: float) -> bool:
-    return slow.median_ms > fast.median_ms * (1.0 + _noise(fast, slow, floor))
+    noise = _noise(fast, slow, floor)
+    return noise < MAX_SPREAD and slow.median_ms > fast.median_ms * (1.0 + noise)
