@@ -168,8 +168,8 @@ def kernel_bound_timing(device: str) -> Iterator[None]:
 
 
 def others_running_per_core() -> float | None:
-    """Threads of other processes running or ready to run right now, per CPU core of the host
-    (Linux's /proc; None elsewhere). The one-minute load average lags a load that began
+    """Threads of other processes running or ready to run right now, per CPU core this process
+    may run on (Linux's /proc; None elsewhere). The one-minute load average lags a load that began
     seconds ago, and counts this process's own timing threads; this does neither."""
     import glob
     import os
@@ -187,4 +187,5 @@ def others_running_per_core() -> float | None:
         except OSError:
             continue  # a thread that ended meanwhile
         own += stat[stat.rindex(")") + 2 : stat.rindex(")") + 3] == "R"
-    return max(0, running - own) / (os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(0, running - own) / (cores or 1)
