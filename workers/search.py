@@ -91,6 +91,8 @@ class BudgetedPolicy(TunePolicy):
     first: frozenset[str] = frozenset()  # choice hashes timed before the rest (the capture's)
     spent_s: float = 0.0
     over_budget: set[str] = field(default_factory=set)  # choice hashes left untimed
+    timed_once: set[str] = field(default_factory=set)  # choice hashes the budget let through
+    uncompiled: set[str] = field(default_factory=set)  # choice hashes whose compile raised
 
     def lookup(self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None,
                default: Any) -> Timings:
@@ -108,21 +110,36 @@ class BudgetedPolicy(TunePolicy):
 
     def _budgeted(self, benchmark: Benchmark) -> Benchmark:
         def run(choices: list[Any]) -> Timings:
-            aten = [c for c in choices if choice_kind(c) == "aten"]
-            timings = self._timed(benchmark, aten)  # always: the fallback and the reference
-            rest = sorted((c for c in choices if choice_kind(c) != "aten"),
-                          key=lambda c: (choice_hash(c) not in self.first, choice_hash(c)))
-            size = _batch_size()
-            for start in range(0, len(rest), size):
-                batch = rest[start:start + size]
-                if self._spent():
-                    self.over_budget.update(choice_hash(c) for c in batch)
-                    timings.update({c: math.inf for c in batch})
-                else:
-                    timings.update(self._compiled_and_timed(benchmark, batch))
+            # A later timing round (workers/tune.py times every candidate several times), or a
+            # compile again after a wrong winner, times exactly what the first one timed: the
+            # budget picks the candidates once.
+            timings: Timings = {c: math.inf for c in choices if choice_hash(c) in self.untimed}
+            timings.update(self._timed(benchmark, [c for c in choices if choice_hash(c) in self.timed_once]))
+            new = [c for c in choices if choice_hash(c) not in self.timed_once | self.untimed]
+            timings.update(self._first_round(benchmark, new))
             return timings
 
         return run
+
+    @property
+    def untimed(self) -> set[str]:
+        return self.over_budget | self.uncompiled
+
+    def _first_round(self, benchmark: Benchmark, choices: list[Any]) -> Timings:
+        aten = [c for c in choices if choice_kind(c) == "aten"]
+        timings = self._timed(benchmark, aten)  # always: the fallback and the reference
+        self.timed_once.update(choice_hash(c) for c in aten)
+        rest = sorted((c for c in choices if choice_kind(c) != "aten"),
+                      key=lambda c: (choice_hash(c) not in self.first, choice_hash(c)))
+        size = _batch_size()
+        for start in range(0, len(rest), size):
+            batch = rest[start:start + size]
+            if self._spent():
+                self.over_budget.update(choice_hash(c) for c in batch)
+                timings.update({c: math.inf for c in batch})
+            else:
+                timings.update(self._compiled_and_timed(benchmark, batch))
+        return timings
 
     def _compiled_and_timed(self, benchmark: Benchmark, batch: list[Any]) -> Timings:
         began = time.perf_counter()
@@ -130,9 +147,10 @@ class BudgetedPolicy(TunePolicy):
             broken = _precompile(batch)
         finally:
             self.spent_s += time.perf_counter() - began
-        timings: Timings = {c: math.inf for c in batch if c in broken}
-        timings.update(self._timed(benchmark, [c for c in batch if c not in broken]))
-        return timings
+        self.uncompiled.update(choice_hash(c) for c in broken)
+        compiled = [c for c in batch if c not in broken]
+        self.timed_once.update(choice_hash(c) for c in compiled)
+        return {**{c: math.inf for c in broken}, **self._timed(benchmark, compiled)}
 
     def _timed(self, benchmark: Benchmark, choices: list[Any]) -> Timings:
         if not choices:
