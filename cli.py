@@ -54,9 +54,10 @@ from autotune.listing import (
     result_summary,
     short_device,
     short_key,
+    status_label,
     winner_label,
 )
-from autotune.settings import ON_MISS, Settings, SettingsError
+from autotune.settings import ON_MISS, SEARCHES, Settings, SettingsError
 from autotune.shapes import fmt_ms as _fmt_ms
 from autotune.shapes import fmt_speedup as _fmt_speedup
 from autotune.shapes import shape_summary
@@ -416,7 +417,10 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
        kind: str | None, signer: str | None, as_json: bool) -> None:
     """List cached requests, one per line, with their winners.
 
-    Columns: id, request, device, winner, winner time, speedup over ATen, status.
+    Columns: id, request, device, winner, winner time, speedup over ATen, status with the
+    noise the winner was chosen under (the spread of its timed rounds, "ok ±4%"), marked where
+    ATen was stored because the faster-looking candidate was within the noise or the host was
+    busy ("ok ±40%, aten: within noise").
     With --artifacts: id, kind, key, size, signer, torch version, device, age.
 
     \b
@@ -446,7 +450,7 @@ def ls(ctx: click.Context, op: str | None, device: str | None, limit: int, misse
     _print_listing(columns, [
         [str(row_id), shape_summary(result.request), result.env.device_name, winner_label(result),
          _fmt_ms(result.winner.time_ms if result.winner else None), _fmt_speedup(result.speedup_over_aten),
-         result.status]
+         status_label(result)]
         for row_id, result in rows])
     if not rows:
         _err().print("No cached requests match.")
@@ -727,6 +731,11 @@ def _batch_sizes(value: str | None) -> tuple[int | None, ...]:
 @click.option("--passes-per-gpu", type=click.IntRange(min=1), help="End-to-end passes each GPU runs at once, "
               "a whole model each: one compiles while another times its kernels [default: 2].")
 @click.option("--timeout", "request_timeout", type=float, help="Seconds one request may take [default: 600].")
+@click.option("--search", type=click.Choice(SEARCHES), help="Inductor's search space for each GEMM/conv: "
+              "exhaustive enumerates block sizes, stages and warps (GPU Triton templates; on a CPU it offers what "
+              "default does) and retunes rows a default search stored [default: default].")
+@click.option("--budget-s", type=float, help="With --search exhaustive: seconds of benchmarking per request; "
+              "then the best so far wins [default: no limit but --timeout].")
 @click.option("--force", is_flag=True, help="Capture anew (no stored capture replayed) and retune what the cache holds.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--misses", is_flag=True, help="Also tune every miss the hook logged for this machine.")
@@ -741,8 +750,8 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
           batch_sizes: str | None, dynamic: bool, train: bool, ddp: bool, bucket_cap_mb: float | None, fsdp: bool,
           world_size: int | None, device: str | None, address: str | None,
           workers: int | None, gpus: int | None, jobs_per_gpu: int | None, capture_processes: int | None,
-          passes_per_gpu: int | None, request_timeout: float | None, force: bool, dry_run: bool, misses: bool,
-          signing_key: str | None,
+          passes_per_gpu: int | None, request_timeout: float | None, search: str | None, budget_s: float | None,
+          force: bool, dry_run: bool, misses: bool, signing_key: str | None,
           log_path: str | None, verbose: bool, as_json: bool) -> None:
     """Capture every GEMM/conv autotune request of each MODEL and tune the uncached ones on Ray.
 
@@ -772,7 +781,10 @@ def sweep(ctx: click.Context, models: tuple[str, ...], entry: str, mode: str | N
         fail("give a MODEL.py to sweep, or --misses to tune the misses the hook logged")
     settings = _settings(ctx, mode=mode, device=device, address=address, workers=workers, gpus=gpus,
                          jobs_per_gpu=jobs_per_gpu, capture_processes=capture_processes,
-                         passes_per_gpu=passes_per_gpu, request_timeout=request_timeout, signing_key=signing_key, log=log_path)
+                         passes_per_gpu=passes_per_gpu, request_timeout=request_timeout, signing_key=signing_key, log=log_path,
+                         search=search, budget_s=budget_s)
+    if budget_s is not None and settings.search != "exhaustive":
+        fail("--budget-s applies to the exhaustive search only; add --search exhaustive, or drop --budget-s")
     _check_sweep_input(models, entry, inductor_config, settings)
     _check_keys(settings)
     from autotune.sweep.report import SweepOptions

@@ -22,6 +22,15 @@ def winner_label(result: TuningResult) -> str:
     return "-" if winner is None else f"{winner.name} {winner.description}".strip()
 
 
+def status_label(result: TuningResult) -> str:
+    """The status, with the noise the winner was chosen under (``TuningResult.winner_spread``,
+    the spread of the timed rounds) as ±percent, and marked where ATen was stored though
+    another candidate looked faster (``ok ±40%, aten: within noise``)."""
+    spread = result.winner_spread
+    label = result.status if spread is None else f"{result.status} ±{spread * 100:.0f}%"
+    return label if result.fallback_reason is None else f"{label}, aten: {result.fallback_reason.replace('_', ' ')}"
+
+
 def result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
     winner = result.winner
     return {
@@ -36,6 +45,9 @@ def result_summary(row_id: int, result: TuningResult) -> dict[str, Any]:
         "winner_time_ms": None if winner is None else winner.time_ms,
         "aten_time_ms": result.aten_time_ms,
         "speedup_over_aten": result.speedup_over_aten,
+        "winner_spread": result.winner_spread,
+        "fallback_reason": result.fallback_reason,
+        "search": result.provenance.search,
         "key": result.request.key,
     }
 

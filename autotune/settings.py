@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune.cache.records import MAX_ARTIFACT_BYTES
 
@@ -31,6 +31,9 @@ ON_MISS = ("tune", "aten", "error", "nearest")
 # torch.compile's modes that every supported torch accepts (torch._inductor.list_mode_options); a
 # mode outside them is taken if the installed torch lists it (``compile_modes``).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# How a sweep's workers search each request: Inductor's default GEMM/conv configs, or its
+# exhaustive space within a time budget per request (workers/search.py).
+SEARCHES = ("default", "exhaustive")
 
 
 class SettingsError(ValueError):
@@ -91,6 +94,11 @@ class Settings:
     # candidate config on the CPU one after another; a second pass compiles meanwhile, and the
     # timings take turns on the GPU as the requests' do.
     passes_per_gpu: int = 2
+    # Sweeps: the search each request is tuned with (one of SEARCHES).
+    search: Literal["default", "exhaustive"] = "default"
+    # Sweeps with search="exhaustive": seconds of benchmarking one request may spend; once over,
+    # the rest of its candidates are left untimed and the best so far wins (None: no budget).
+    budget_s: float | None = None
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0
     # Sweeps sharing a database lease each request; a lease not renewed for this long
@@ -187,6 +195,12 @@ class Settings:
             raise SettingsError(
                 f"on_miss={self.on_miss!r} is not one of {', '.join(ON_MISS)} (AUTOTUNE_ON_MISS)"
             )
+        if self.search not in SEARCHES:
+            raise SettingsError(f"search={self.search!r} is not one of {', '.join(SEARCHES)} "
+                                "(--search or AUTOTUNE_SEARCH)")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise SettingsError(f"budget_s={self.budget_s} must be a positive number of seconds "
+                                "(--budget-s or AUTOTUNE_BUDGET_S)")
         if self.workers < 1:
             raise SettingsError(f"workers={self.workers} must be at least 1 (AUTOTUNE_WORKERS)")
         if self.jobs_per_gpu < 1:

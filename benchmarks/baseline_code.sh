@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Another version's code for `python -m benchmarks.prefetch --baseline DIR`, which times its
-# prefetch scenario in turn with this checkout's, in one run:
+# Another version's code for `python -m benchmarks.startup --baseline DIR`, which times its
+# warm-start scenario in turn with this checkout's, in one run (a commit that has startup.py):
 #   bash benchmarks/baseline_code.sh COMMIT [DIR]        # DIR defaults to .baseline/COMMIT
 # DIR gets the commit's package installed (autotune with its cache, workers and inductor_glue
 # subpackages, as a wheel lays them out) and its benchmarks folder; a process started there

@@ -2,8 +2,8 @@
 # Benchmark commands side by side on one multi-GPU host, within one device call.
 #   BUDGET=560 bash benchmarks/device_queues.sh \
 #     "0,1:python -m benchmarks.distributed --kinds ddp --no-cpu --out \$Q --logs \$Q/logs" \
-#     "2:python -m benchmarks.prefetch --models resnet --out \$Q --log-dir \$Q/logs" \
-#     "any:python -m benchmarks.prefetch --models mlp --out \$Q --log-dir \$Q/logs"
+#     "2:python -m benchmarks.startup --models resnet --out \$Q --log-dir \$Q/logs" \
+#     "any:python -m benchmarks.startup --models mlp --out \$Q --log-dir \$Q/logs"
 # GPUS:CMD runs on those GPUs (CUDA_VISIBLE_DEVICES), in turn with the other commands of the same
 # GPUS. any:CMD is pooled: each GPU whose own commands are done takes the next one and runs it
 # alone. Each command runs in its own folder $Q (the spec's order, q1, q2, ...), with $LEFT the

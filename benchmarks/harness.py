@@ -3,7 +3,12 @@ child processes with fresh compile caches; one results file per benchmark.
 
 A results file ``<out>/<name>.json`` holds ``{"benchmark": name, "runs": [...]}``. Each run
 names its machine, versions, date, code commit and command; a run of the same label
-replaces the one before, and ``<name>.md`` beside it is made from the JSON.
+replaces the one before, and ``<name>.md`` beside it is made from the JSON. The commit is
+read from git, never typed: on a tree with uncommitted changes the run also names the
+tree's hash and its diff (``<out>/diffs/<tree>.diff``); a copy of the tree without .git
+names the code of ``benchmarks/code_stamp.json`` (``stamp``) where its files match it.
+
+    python -m benchmarks.harness stamp   # before copying the tree to a machine without .git
 
     python -m benchmarks.harness merge benchmarks/results/compile_time.json $OUT/compile_time.json
     python -m benchmarks.harness render benchmarks/results/*.json
@@ -69,18 +74,112 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def commit() -> str | None:
-    """The code measured: ``AUTOTUNE_BENCH_COMMIT`` (a copy of the tree without .git), else git's."""
-    if os.environ.get("AUTOTUNE_BENCH_COMMIT"):
-        return os.environ["AUTOTUNE_BENCH_COMMIT"]
+STAMP = REPO / "benchmarks" / "code_stamp.json"  # written by ``stamp`` before a copy without .git travels
+DIFFS = "diffs"  # beside a results file: the uncommitted changes a run measured, by tree hash
+
+
+@dataclass(frozen=True)
+class Code:
+    """The code a run measured: the commit, and the tree's hash and diff where the tree differs from it."""
+
+    commit: str | None
+    tree: str | None = None
+    diff: str = ""
+    note: str | None = None  # why the code is not known exactly
+
+    def field(self) -> str | None:
+        """The run's "commit": the full hash, with ``+changes`` where the tree is not that commit's."""
+        if self.commit is None:
+            return None
+        return self.commit + ("+changes" if self.diff else "")
+
+
+def _git(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str | None:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", *args], cwd=cwd or REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **(env or {})})
     except (OSError, subprocess.SubprocessError):
         return None
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if head.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _tree(git_env: dict[str, str], work_tree: Path) -> str | None:
+    """The hash of ``work_tree`` as git would commit it: tracked and untracked files that .gitignore keeps, less
+    the stamp (which names this hash)."""
+    env = {**git_env, "GIT_WORK_TREE": str(work_tree)}
+    if _git("add", "-A", ".", f":!{STAMP.relative_to(REPO)}", env=env, cwd=work_tree) is None:
+        return None
+    written = _git("write-tree", env=env, cwd=work_tree)
+    return written.strip() if written else None
+
+
+def code_of_checkout() -> Code | None:
+    """This checkout's code: HEAD, and where the files differ from it, their tree's hash and the diff."""
+    head = _git("rev-parse", "HEAD")
+    if head is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="bench_index_") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git("read-tree", "HEAD", env=env)
+        tree = _tree(env, REPO)
+        base = (_git("rev-parse", "HEAD^{tree}") or "").strip()
+        if tree is None or tree == base:
+            return Code(head.strip())
+        diff = _git("diff", "--cached", "--binary", "HEAD", env=env) or ""
+    return Code(head.strip(), tree, diff)
+
+
+def code_of_copy() -> Code:
+    """A copy without .git: the stamp's code, where this copy's files hash to the stamp's tree."""
+    if not STAMP.exists():
+        return Code(None, note="no .git and no benchmarks/code_stamp.json (run `python -m benchmarks.harness stamp`)")
+    stamp = json.loads(STAMP.read_text())
+    with tempfile.TemporaryDirectory(prefix="bench_git_") as tmp:
+        env = {"GIT_DIR": str(Path(tmp) / ".git")}
+        tree = _tree(env, REPO) if _git("init", "-q", tmp, cwd=Path(tmp)) is not None else None
+    if tree != stamp["tree"]:
+        return Code(None, note=f"the files differ from benchmarks/code_stamp.json's (tree {tree})")
+    return Code(stamp["commit"], stamp["tree"] if stamp.get("diff") else None, stamp.get("diff", ""))
+
+
+def code() -> Code:
+    """The code measured, read from git: never typed by hand."""
+    return code_of_checkout() or code_of_copy()
+
+
+def commit() -> str | None:
+    """The run's "commit" field (see ``Code.field``)."""
+    return code().field()
+
+
+def write_stamp() -> Path:
+    """Stamp this checkout's code into the tree, for a copy without .git to name (``code_of_copy``)."""
+    found = code_of_checkout()
+    if found is None:
+        raise SystemExit("stamp: not a git checkout; run it where .git is")
+    tree = found.tree or (_git("rev-parse", "HEAD^{tree}") or "").strip()
+    STAMP.write_text(json.dumps({"commit": found.commit, "tree": tree, "diff": found.diff}) + "\n")
+    return STAMP
+
+
+def record_code(run: dict[str, Any]) -> Code:
+    """Put the measured code in ``run``: its commit and, for uncommitted changes, where its diff goes."""
+    found = code()
+    run["commit"] = found.field()
+    if found.note:
+        run["code_note"] = found.note
+    if found.diff and found.tree:
+        run["changes"] = {"tree": found.tree, "diff": f"{DIFFS}/{found.tree}.diff"}
+    return found
+
+
+def save_diff(run: dict[str, Any], found: Code, folder: Path) -> None:
+    """Write the diff ``run`` names beside its results file, once the results are saved."""
+    changes = run.get("changes") or {}
+    if changes.get("tree") == found.tree and found.diff:
+        path = folder / changes["diff"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(found.diff)
 
 
 def log_to_stderr(verbose: bool = False) -> None:
@@ -267,10 +366,12 @@ class Results:
     def __init__(self, out: Path, name: str, title: str, render: Callable[[dict[str, Any]], list[str]]) -> None:
         self.path, self.name, self.title, self.render = Path(out) / f"{name}.json", name, title, render
         self.data: dict[str, Any] = load(self.path) if self.path.exists() else {"benchmark": name, "runs": []}
+        self.codes: list[tuple[dict[str, Any], Code]] = []  # this process's runs and the code each measured
 
     def run(self, label: str, info: dict[str, Any], command: str) -> dict[str, Any]:
         """The run of ``label``: a new one (replacing one of the same label), headed by what it measured on."""
-        new = {"label": label, "machine": info, "date": now(), "commit": commit(), "command": command}
+        new = {"label": label, "machine": info, "date": now(), "commit": None, "command": command}
+        self.codes.append((new, record_code(new)))
         self.data["runs"] = [r for r in self.data["runs"] if r.get("label") != label] + [new]
         return new
 
@@ -281,6 +382,8 @@ class Results:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
         self.path.with_suffix(".md").write_text(markdown(self.data, self.title, self.render))
+        for run, found in self.codes:
+            save_diff(run, found, self.path.parent)
 
 
 def new_run(store: Results, label: str | None, prog: str, argv: list[str]) -> dict[str, Any]:
@@ -342,23 +445,39 @@ def results_of(path: Path) -> Results:
     return store
 
 
+def _carry_diff(entry: dict[str, Any], source: Path, target: Path) -> None:
+    """A merged run's diff goes with it, to the same place beside the results file it joins."""
+    diff = (entry.get("changes") or {}).get("diff")
+    if diff and (source / diff).exists() and source.resolve() != target.resolve():
+        (target / diff).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / diff, target / diff)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.harness")
-    parser.add_argument("command", choices=("info", "merge", "render"),
-                        help="info: this machine's versions; merge FILE NEW...: the runs of NEW files replace "
+    parser.add_argument("command", choices=("info", "stamp", "merge", "render"),
+                        help="info: this machine's versions; stamp: write benchmarks/code_stamp.json, the code "
+                        "that a copy of this tree without .git will record; merge FILE NEW...: the runs of NEW files replace "
                         "those of the same label in FILE; render FILE...: make each FILE's Markdown again")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args(argv)
     if args.command == "info":
         emit(_versions())
         return 0
+    if args.command == "stamp":
+        print(f"wrote {write_stamp()}")
+        return 0
     targets = args.files[:1] if args.command == "merge" else args.files
     for path in targets:
+        if "runs" not in json.loads(Path(path).read_text()):
+            print(f"skipped {path}: one run of its own layout, whose benchmark writes its Markdown")
+            continue
         results = results_of(path)
         for source in args.files[1:] if args.command == "merge" else ():
             for entry in load(source)["runs"]:
                 results.data["runs"] = [r for r in results.data["runs"] if r.get("label") != entry.get("label")]
                 results.data["runs"].append(entry)
+                _carry_diff(entry, Path(source).parent, results.path.parent)
         results.save()
         print(f"wrote {results.path} ({len(results.data['runs'])} runs) and its .md")
     return 0

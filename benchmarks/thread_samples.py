@@ -3,7 +3,7 @@
 A profile follows one thread; a warm start's time goes to several at once (the install, the
 prefetch, the script's own thread waiting at the import gate), and a second lost at 0 s of
 model building lies in how they wait for each other. So a child started with
-``PREFETCH_SAMPLE_DIR`` set (``benchmarks/prefetch.py``) runs ``Sampler``: every ``INTERVAL_S``
+``PREFETCH_SAMPLE_DIR`` set (``benchmarks/startup.py``) runs ``Sampler``: every ``INTERVAL_S``
 it reads each thread's Python stack (``sys._current_frames``) and the CPU time Linux has given
 it (``/proc/self/task/TID/schedstat``) and, at the first call's end, writes them to one JSON
 file. A stack alone cannot tell a thread that runs from one that waits for the GIL at the same

@@ -27,7 +27,18 @@ from typing import IO, Any
 from autotune.cache.errors import ImportValidationError
 from autotune.cache.records import ARTIFACT_KINDS, FAILURE_KINDS, STATUSES, Artifact, Environment, TuningResult
 from autotune.cache.signing import PUBLIC_KEY_BYTES, SIGNATURE_BYTES
-from autotune.cache.validation import CANDIDATE, ENV, NULL, PROVENANCE, RESULT, Spec, check, check_request
+from autotune.cache.validation import (
+    CANDIDATE,
+    ENV,
+    NULL,
+    PROVENANCE,
+    RESULT,
+    Spec,
+    check,
+    check_request,
+    stored_repeats,
+    stored_spread,
+)
 
 FORMAT = "autotune-cache"
 VERSION = 3
@@ -293,6 +304,8 @@ def _check_candidate(cand: Any, i: int) -> str:
     kind = cand.get("failure_kind")
     if kind is not None and kind not in FAILURE_KINDS:
         raise ValueError(f"{where}.failure_kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
+    stored_spread(cand.get("spread"), f"{where}.spread")
+    stored_repeats(cand.get("repeats"), f"{where}.repeats")
     time_ms = cand.get("time_ms")
     if time_ms is not None and not (math.isfinite(time_ms) and time_ms >= 0):
         raise ValueError(f"{where}.time_ms must be a finite number >= 0 or null, got {time_ms!r}")

@@ -124,6 +124,13 @@ class RequestRow(Base):
     sweep_id: Mapped[str | None] = mapped_column(Text)
     tuning_seconds: Mapped[float | None] = mapped_column(Float)
     source: Mapped[str] = mapped_column(String(32))
+    # The winner's spread over its timed rounds (relative to its median), so a sweep finds the
+    # noisy results a quieter host should re-time without reading their candidates.
+    winner_spread: Mapped[float | None] = mapped_column(Float)
+    # Why ATen was stored though another candidate looked faster ("within_noise"); NULL otherwise.
+    fallback_reason: Mapped[str | None] = mapped_column(Text)
+    # The search that found the winner; NULL is the default search.
+    search: Mapped[str | None] = mapped_column(String(32))
 
 
 class CandidateRow(Base):
@@ -141,7 +148,9 @@ class CandidateRow(Base):
     description: Mapped[str] = mapped_column(Text)
     template_id: Mapped[str | None] = mapped_column(Text)
     params: Mapped[dict[str, Any]]
-    time_ms: Mapped[float | None] = mapped_column(Float)
+    time_ms: Mapped[float | None] = mapped_column(Float)  # the median of its timed rounds
+    spread: Mapped[float | None] = mapped_column(Float)  # how far the rounds disagree, relative to the median
+    repeats: Mapped[int | None] = mapped_column(Integer)  # how many rounds were timed
     failure_kind: Mapped[str | None] = mapped_column(String(64))
     failure_message: Mapped[str | None] = mapped_column(Text)
 

@@ -275,20 +275,38 @@ class CandidateResult:
     description: str = ""
     template_id: str | None = None
     params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    time_ms: float | None = None  # None when it failed
+    time_ms: float | None = None  # None when it failed; the median of its timed rounds
     failure_kind: str | None = None  # one of FAILURE_KINDS
     failure_message: str | None = None
+    # How far its timed rounds disagree, relative to the median ((max - min) / median), and how
+    # many rounds there were; None where it was timed once (or before rounds were kept).
+    spread: float | None = None
+    repeats: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.time_ms is not None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        for name in ("spread", "repeats"):  # absent when unknown: older readers take the line
+            if data[name] is None:
+                del data[name]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CandidateResult:
         return cls(**data)
+
+
+# The search that found a stored winner, when no other was asked for.
+SEARCH_DEFAULT = "default"
+# Why a result stores ATen though another candidate looked faster: the difference was
+# within the measured noise of the two timings (workers/noise.py).
+FALLBACK_WITHIN_NOISE = "within_noise"
+# Why: it would have won on a quiet host, but the host was busy, and a busy CPU's timings
+# of one candidate against another mean little (workers/noise.py).
+FALLBACK_BUSY_HOST = "busy_host"
 
 
 @dataclass(frozen=True)
@@ -298,10 +316,13 @@ class Provenance:
     sweep_id: str | None = None
     tuning_seconds: float | None = None
     source: str = "sweep"  # "sweep", "write_back", "import"
+    search: str = SEARCH_DEFAULT  # which search found the winner
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["created_at"] = self.created_at.isoformat()
+        if self.search == SEARCH_DEFAULT:  # absent for the default: older readers take the line
+            del data["search"]
         return data
 
     @classmethod
@@ -325,10 +346,23 @@ class TuningResult:
     validation: dict[str, Any] | None = None  # {"passed", "max_abs_err", "atol", "rtol"}
     error: str | None = None  # request-level failure reason
     provenance: Provenance = field(default_factory=Provenance)
+    # Why ATen was stored though another candidate looked faster (FALLBACK_WITHIN_NOISE), else None.
+    fallback_reason: str | None = None
 
     @property
     def winner(self) -> CandidateResult | None:
         return next((c for c in self.candidates if c.choice_hash == self.winner_hash), None)
+
+    @property
+    def winner_spread(self) -> float | None:
+        """The noise the winner was chosen under: the largest spread of the winner and the two
+        fastest candidates (what it was compared with); None where none has one."""
+        winner = self.winner
+        if winner is None:
+            return None
+        fastest = sorted((c for c in self.candidates if c.time_ms is not None), key=lambda c: c.time_ms or 0.0)[:2]
+        spreads = [c.spread for c in (winner, *fastest) if c.spread is not None]
+        return max(spreads) if spreads else None
 
     @property
     def aten_time_ms(self) -> float | None:
@@ -350,7 +384,7 @@ class TuningResult:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "env": self.env.to_json(),
             "request": self.request.to_json(),
             "candidates": [c.to_json() for c in self.candidates],
@@ -360,6 +394,9 @@ class TuningResult:
             "error": self.error,
             "provenance": self.provenance.to_json(),
         }
+        if self.fallback_reason is not None:  # absent otherwise: older readers take the line
+            data["fallback_reason"] = self.fallback_reason
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuningResult:
@@ -374,6 +411,7 @@ class TuningResult:
             provenance=Provenance.from_json(data["provenance"])
             if data.get("provenance")
             else Provenance(),
+            fallback_reason=data.get("fallback_reason"),
         )
 
 

@@ -17,11 +17,13 @@ Key files:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SIGNATURE_BYTES = 64
 PUBLIC_KEY_BYTES = 32
@@ -88,14 +90,20 @@ class TrustedKeys:
         if bytes(public_key) not in self.keys:
             return UNKNOWN_KEY
         from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
         try:
-            Ed25519PublicKey.from_public_bytes(bytes(public_key)).verify(
-                bytes(signature), signed_message(kind, key, payload_digest(payload)))
+            _public_key(bytes(public_key)).verify(bytes(signature), signed_message(kind, key, payload_digest(payload)))
         except (InvalidSignature, ValueError):
             return BAD_SIGNATURE
         return OK
+
+
+@functools.lru_cache(maxsize=64)
+def _public_key(raw: bytes) -> Any:
+    """A trusted key, parsed once per process (a job verifies every payload with the same few keys)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 NO_TRUSTED_KEYS = TrustedKeys(frozenset())

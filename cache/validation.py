@@ -54,6 +54,8 @@ CANDIDATE: Spec = {
     "time_ms": (_NUM_OR_NULL, False),
     "failure_kind": (_OPT_STR, False),
     "failure_message": (_OPT_STR, False),
+    "spread": (_NUM_OR_NULL, False),
+    "repeats": ((int, NULL), False),
 }
 PROVENANCE: Spec = {
     "created_at": (_STR, True),
@@ -61,6 +63,7 @@ PROVENANCE: Spec = {
     "sweep_id": (_OPT_STR, False),
     "tuning_seconds": (_NUM_OR_NULL, False),
     "source": (_STR, False),
+    "search": (_STR, False),
 }
 RESULT: Spec = {
     "env": ((dict,), True),
@@ -71,6 +74,7 @@ RESULT: Spec = {
     "validation": ((dict, NULL), False),
     "error": (_OPT_STR, False),
     "provenance": ((dict,), True),
+    "fallback_reason": (_OPT_STR, False),
 }
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "a list", bool: "a boolean",
@@ -130,6 +134,25 @@ def stored_time_ms(value: Any, where: str) -> float | None:
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{where} is {value!r}, not a time in ms")
     return float(value)
+
+
+def stored_spread(value: Any, where: str) -> float | None:
+    """A timing's spread (relative to its median): a finite number >= 0, or None when unknown.
+    NaN, infinity or a negative number would make any difference look like noise, or none."""
+    if value is None:
+        return None
+    if value.__class__ is bool or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{where} is {value!r}, not a spread (a finite number >= 0)")
+    return float(value)
+
+
+def stored_repeats(value: Any, where: str) -> int | None:
+    """How many rounds a timing took: an integer >= 1, or None when unknown."""
+    if value is None:
+        return None
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{where} is {value!r}, not a number of rounds (an integer >= 1)")
+    return int(value)
 
 
 def check_timed(ok: bool, times: list[float | None]) -> None:

@@ -3,7 +3,7 @@
 `autotune sweep examples/experts.py` tunes its GEMMs. Freezing is on, as `examples/mlp.py` has
 it (C++ GEMM templates against MKL for each Linear and for the experts' bmm), so Inductor lowers
 the graph again in every fresh process: the artifacts serve its C++ kernels and Inductor's
-vector-ISA probes, not the lowering. `python -m benchmarks.prefetch --models experts` times
+vector-ISA probes, not the lowering. `python -m benchmarks.startup --models experts` times
 its first call against default mode and the floor.
 """
 

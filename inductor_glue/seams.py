@@ -1,20 +1,24 @@
-"""Every private torch (or Triton) attribute autotune reads, patches, subclasses or assigns: one table.
+"""Every private torch, Triton or CPython name autotune reads, patches, subclasses or assigns: one table.
 
 Each seam names its dotted path, what is done with it (``read``, ``patch``: a method or
 function replaced while a feature is active, ``subclass``: a class we derive from or a
 method our subclass overrides, ``assign``: an attribute or config key we set), the
-features that depend on it, and the torch releases it was checked on. Patch sites take
+features that depend on it, and the releases it was checked on. Patch sites take
 their target from here (``StackedPatch(seam, ...)``, ``seam.owner()``), so a seam torch
 renames is one edit here, and ``autotune doctor`` says which features this torch leaves
 off. ``required=False`` marks a seam whose absence the code handles by itself (a newer
 or older torch that no longer needs the workaround); it never turns a feature off.
 
-Public APIs (``torch.compile``, ``torch.compiler``, ``torch._dynamo.mark_dynamic`` and
-its kin, ``torch._inductor.config.patch``) and the Inductor config keys that only enter
-the environment key (``inductor_glue/env.py``: absent keys are skipped) are not listed;
-config keys the code sets or branches on are. Attributes of objects torch hands to our
-wrappers (a launcher's ``config``, a graph's ``sizevars``) are read with defaults where
-they are read, and are not listed either.
+Names are declared one by one: a declared module declares none of its names, and there are
+no wildcards. ``tests/test_seam_names.py`` reads the product's code (``ast``) and fails on a
+private name it touches that no entry names. Public APIs (``torch.compile``,
+``torch.compiler``, ``torch._dynamo.mark_dynamic`` and its kin, ``torch._inductor.config.patch``)
+are not listed, nor are the Inductor config keys that only enter the environment key
+(``inductor_glue/env.py``, by a computed name: absent keys are skipped); config keys the code
+names are. Public attributes of objects torch hands to our wrappers (a launcher's ``config``, a
+graph's ``sizevars``) are read with defaults where they are read, and are not listed; private
+ones are. An attribute torch sets on instances only is declared on its class with
+``on_instances``: it resolves where the module's code names it.
 
 Resolving a seam imports its module (``torch._inductor.*``), nothing more.
 """
@@ -26,7 +30,9 @@ import dataclasses
 import importlib
 import logging
 import re
+import sys
 import threading
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +40,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 READ, PATCH, SUBCLASS, ASSIGN = "read", "patch", "subclass", "assign"
-CHECKED_ON = ("2.11", "2.13")
+# The torch releases the project tests (2.11 on the GPU machines; 2.13, 2.14 and 2.15 on CPUs),
+# on which `autotune doctor` saw a seam resolve (docs/versions.md). A seam some of them lack
+# lists the others; tests/test_seam_names.py checks each list against benchmarks/results.
+CHECKED_ON = ("2.11", "2.13", "2.14", "2.15")
+# Triton's seams, by the Triton those torches pin (2.13's CPU wheel has none).
+TRITON_CHECKED_ON = ("triton 3.6", "triton 3.8", "triton 3.9")
+# Seams first declared after the matrix's doctor runs: read in torch 2.13's and 2.14's wheels
+# and resolved on 2.15; CI's 2.11 subset resolves the required ones (tests/test_seams.py).
+SOURCE_CHECKED_ON = ("2.13", "2.14", "2.15")
+# CPython's seams (autotune/job/import_gate.py, exit_wait.py), by Python release.
+PYTHON_CHECKED_ON = ("Python 3.11", "Python 3.12")
 
 
 @dataclass(frozen=True)
@@ -84,6 +100,9 @@ class Seam:
     # The torch releases a workaround is for, [first, past): None, every release. Outside them
     # the seam is not touched at all (``needed()``), whether or not it resolves.
     needed_on: tuple[str, str] | None = None
+    # An attribute torch's own code sets on instances (or on objects its module makes), not on
+    # the owner itself: it resolves where a function or method of the module names it.
+    on_instances: bool = False
 
     @property
     def path(self) -> str:
@@ -114,9 +133,13 @@ class Seam:
 
     def _resolve_one(self, attr: str) -> Any:
         if attr != self.attr:
-            return Seam(self.module, attr, self.kind, self.features, self.why, self.required).resolve()
+            return dataclasses.replace(self, attr=attr, alternatives=()).resolve()
         owner = self.owner()
         if not self.attr:
+            return owner
+        if self.on_instances:
+            if self.name not in _names_in_code(importlib.import_module(self.module)):
+                raise SeamMissing(self._missing(f"no code of {self.module} sets {self.name}"))
             return owner
         if self.kind == PATCH:  # replaced and restored in the owner's own namespace
             held = vars(owner)
@@ -181,6 +204,8 @@ class Seam:
 
     def _missing(self, detail: object) -> str:
         package = self.module.partition(".")[0]
+        if package in sys.stdlib_module_names or package == "_frozen_importlib":
+            return f"Python {sys.version.split()[0]} has no {self.path} ({detail})"
         try:
             version = importlib.import_module(package).__version__
         except Exception:  # noqa: BLE001 - a package that is not installed has no version to name
@@ -212,6 +237,22 @@ def _resolves(seam: Seam, attr: str) -> bool:
     return True
 
 
+def _names_in_code(module: types.ModuleType) -> set[str]:
+    """The names the code of ``module``'s functions and its classes' methods uses (nested code too)."""
+    codes = []
+    for value in vars(module).values():
+        for item in (*vars(value).values(), value) if isinstance(value, type) else (value,):
+            function = getattr(item, "__func__", item)
+            if isinstance(function, types.FunctionType) and function.__globals__ is vars(module):
+                codes.append(function.__code__)
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
 def _assigned_per_thread(entry: Any) -> bool:
     """Whether torch keeps a value assigned to this config option per thread: its entry's
     ``user_override`` is a ContextVar in torch 2.13, one value for the process in 2.11."""
@@ -227,8 +268,9 @@ def _config_entry(owner: Any, name: str) -> Any:
 
 def _declare(module: str, attr: str, kind: str, features: tuple[Feature, ...], why: str,
              required: bool = True, checked_on: tuple[str, ...] = CHECKED_ON,
-             alternatives: tuple[str, ...] = ()) -> Seam:
-    seam = Seam(module, attr, kind, features, why, required, checked_on, alternatives)
+             alternatives: tuple[str, ...] = (), on_instances: bool = False) -> Seam:
+    seam = Seam(module, attr, kind, features, why, required, checked_on, alternatives,
+                on_instances=on_instances)
     SEAMS.append(seam)
     return seam
 
@@ -260,12 +302,16 @@ _declare(_SA, "create_benchmark_cache_key", READ, _SERVE_OR_CAPTURE,
          required=False, checked_on=("2.15",))
 _declare(_SA, "ExternKernelCaller", READ, _SERVE_OR_CAPTURE, "tells ATen choices apart")
 _declare(_SA, "TritonTemplateCaller", READ, _SERVE_OR_CAPTURE, "tells Triton template choices apart")
+_declare(_SA, "DataProcessorChoiceCallerWrapper._wrapped", READ, _SERVE_OR_CAPTURE,
+         "a wrapped choice is named by the choice it wraps (by the wrapper's type without it)",
+         required=False, checked_on=SOURCE_CHECKED_ON, on_instances=True)
 _declare("torch._inductor.virtualized", "V", READ, (GEMM_SERVING, SWEEP_CAPTURE, FUSION_VERDICTS),
          "the graph being lowered: its current node, size hints and layout decision")
 _declare("torch._inductor.sizevars", "SizeVarAllocator.optimization_hint", READ, _SERVE_OR_CAPTURE,
          "a size symbol's hint (torch 2.13's name); size_hint is used where it is absent", required=False)
 _declare("torch._inductor.sizevars", "SizeVarAllocator.size_hint", READ, _SERVE_OR_CAPTURE,
-         "a size symbol's hint where optimization_hint is absent (gone in torch 2.13)", required=False)
+         "a size symbol's hint where optimization_hint is absent (gone in torch 2.13)", required=False,
+         checked_on=("2.11",))
 _declare("torch._inductor.codecache", "CacheBase.get_system", READ, _SERVE_OR_CAPTURE,
          "Inductor's system hash, part of every environment key")
 PICK_VEC_ISA = _declare("torch._inductor.cpu_vec_isa", "pick_vec_isa", READ, _SERVE_OR_CAPTURE,
@@ -310,10 +356,35 @@ TENSOR_REPR = _gated(_declare("torch._tensor", "Tensor.__repr__", PATCH, (),
                               "only", required=False), *_GUARD_REPR_RELEASES)
 _declare("torch.utils._triton", "triton_hash_with_backend", READ, (GEMM_SERVING,),
          "prewarms Triton's backend hash at warm_start (computed on first use without it)", required=False)
+_declare("torch.utils._triton", "has_triton", READ, (GEMM_SERVING,),
+         "whether Triton's backend hash is prewarmed at all (nothing is prewarmed without it)", required=False,
+         checked_on=SOURCE_CHECKED_ON)
 _declare("torch._inductor.config", "", READ, _SERVE_OR_CAPTURE + (FUSION_VERDICTS, ARTIFACTS),
          "Inductor's options: the environment key's and the ones set below")
-_declare("torch._dynamo.utils", "counters", READ, (),
-         "Inductor's benchmark count, which tests and benchmarks compare")
+CONFIG_OPTIONS = _declare("torch._inductor.config", "_config", READ, (ARTIFACTS, DYNAMO_PACKAGE),
+                         "a torch config module's option entries (each module has its own), whose defaults "
+                         "set_for_every_thread sets (only the assigned value without it)", required=False,
+                         checked_on=SOURCE_CHECKED_ON)
+_declare("torch._inductor.config", "get_config_copy", READ, (SWEEP_CAPTURE,),
+         "the options a model file set at import, and the keys --inductor-config may set",
+         checked_on=SOURCE_CHECKED_ON)
+_declare("torch._inductor.config", "compile_threads", READ, (SWEEP_CAPTURE,),
+         "the exhaustive search compiles that many candidates at a time (workers/search.py; one without it)",
+         required=False, checked_on=SOURCE_CHECKED_ON)
+# The exhaustive search (inductor_glue/search_space.py names them by a computed name, which the
+# name check cannot see): set where this torch has them, nothing searched exhaustively without.
+_declare("torch._inductor.config", "max_autotune_gemm_search_space", ASSIGN, (SWEEP_CAPTURE,),
+         "a worker's exhaustive GEMM/conv search space (`sweep --search exhaustive`)", required=False,
+         checked_on=SOURCE_CHECKED_ON)
+_declare("torch._inductor.config", "max_autotune_prune_choices_based_on_shared_mem", ASSIGN, (SWEEP_CAPTURE,),
+         "the exhaustive space drops configs that cannot launch for their shared memory (GPUs)", required=False,
+         checked_on=SOURCE_CHECKED_ON)
+_declare("torch._inductor.config", "cpp.cxx", READ, (),
+         "autotune doctor names the C++ compiler Inductor's CPU code is built with (g++ without it)",
+         required=False, checked_on=SOURCE_CHECKED_ON)
+_declare("torch._dynamo.utils", "counters", READ, _SERVE_OR_CAPTURE,
+         "Inductor's benchmark count: a job's stats (benchmarks=) and the sweep's, which tests and benchmarks "
+         "compare")
 
 # --- pinning (inductor_glue/pinning.py)
 TEMPLATE_GENERATE = _declare(_SA, "TritonTemplate.generate", PATCH, (PINNING,),
@@ -389,12 +460,12 @@ CPP_COMPILER = _declare("torch._inductor.cpp_builder", "get_cpp_compiler", READ,
 # (autotune/job/triton_modules.py). A CPU machine may have no Triton: not required.
 TRITON_BUILD = _declare("triton.runtime.build", "_build", PATCH, (ARTIFACTS,),
                         "a native module Triton builds is fetched before the C compiler runs, and published "
-                        "after (the compiler runs without it)", required=False, checked_on=("triton 3.6", "triton 3.9"))
+                        "after (the compiler runs without it)", required=False, checked_on=TRITON_CHECKED_ON)
 # Triton's key, hashed from its install (its sources and native library), part of every compiled
 # graph's cache key; computed beside the install's imports (inductor_glue/env.py, prewarm_triton_key).
 TRITON_KEY = _declare("triton.runtime.cache", "triton_key", READ, (),
                       "hashed at warm_start, beside the install's imports (the first compile hashes it without it)",
-                      required=False, checked_on=("triton 3.6", "triton 3.9"))
+                      required=False, checked_on=TRITON_CHECKED_ON)
 # The vector-ISA probes: Inductor builds a small C++ program per ISA into the cache dir, once per
 # process (these caches), seconds of a fresh CPU node's first compile. A publishing pass clears
 # them and probes again inside the artifact tier, so the probes' builds are published too
@@ -426,8 +497,11 @@ _declare(_PKG, "CompilePackage.source_id_from_fn", READ, (DYNAMO_PACKAGE,), "the
 PACKAGE_BYPASS = _declare(_PKG, "CompilePackage.bypass_current_entry", READ, (DYNAMO_PACKAGE,),
                           "leaves a frame out (torch 2.15 renamed it bypass_current_compile, which leaves out "
                           "the frame's current compile, as torch's own bypass does)",
-                          checked_on=CHECKED_ON + ("2.15",), alternatives=("CompilePackage.bypass_current_compile",))
+                          checked_on=CHECKED_ON, alternatives=("CompilePackage.bypass_current_compile",))
 _declare(_PKG, "CompilePackage.uninstall", READ, (DYNAMO_PACKAGE,), "undoes a half-done install")
+_declare(_PKG, "CompilePackage._initialized", ASSIGN, (DYNAMO_PACKAGE,),
+         "reset after a failed install, so the fallback's own initialization does not assert (torch "
+         "2.11-2.13)", required=False, checked_on=SOURCE_CHECKED_ON, on_instances=True)
 GUARDS_LOG = _declare("torch._dynamo.guards", "log", READ, (DYNAMO_PACKAGE,),
                      "its warning per guard that caching_precompile drops is kept at debug level in our log",
                      required=False)
@@ -443,13 +517,16 @@ _declare("torch._dynamo.eval_frame", "innermost_fn", READ, (DYNAMO_PACKAGE,), "t
 DYNAMO_CONTEXT_CALL = _declare("torch._dynamo.eval_frame", "_TorchDynamoContext.__call__", PATCH,
                                (CUDAGRAPH_RELOAD,),
                                "a loaded package's graphs are set up under the compile's options (CUDA graphs)")
+_declare("torch._dynamo.convert_frame", "ConvertFrame._torchdynamo_orig_backend", READ, (CUDAGRAPH_RELOAD,),
+         "the compile's backend under Dynamo's wrappers, whose options a loaded package's graphs are set "
+         "up under (none without it)", required=False, checked_on=SOURCE_CHECKED_ON, on_instances=True)
 
 # --- the sweep's capture and its workers (inductor_glue/capture.py, timing.py, workers/)
 _declare("torch._inductor.utils", "fresh_cache", READ, (SWEEP_CAPTURE,),
          "each capture and tuning compile starts from empty Inductor caches")
 BENCHMARK_FUSION = _declare("torch._inductor.config", "benchmark_template_fusion", ASSIGN, (SWEEP_CAPTURE,),
                             "off while capturing and tuning (it changes no choice); torch 2.15's name, whose "
-                            "old name is a deprecated alias there that warns", checked_on=CHECKED_ON + ("2.15",),
+                            "old name is a deprecated alias there that warns", checked_on=CHECKED_ON,
                             alternatives=("benchmark_epilogue_fusion",))
 _declare("torch._inductor", "list_mode_options", READ, (SWEEP_CAPTURE,), "a mode's options, CUDA graphs taken out")
 UNIQUE_ID = _declare("torch.fx.experimental.symbolic_shapes", "ShapeEnv._generate_unique_id", PATCH,
@@ -458,14 +535,38 @@ UNIQUE_ID = _declare("torch.fx.experimental.symbolic_shapes", "ShapeEnv._generat
 BENCHMARK_GPU = _declare("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu", ASSIGN,
                          (SWEEP_CAPTURE,), "the sweep times GPU candidates kernel-bound")
 _declare("torch._inductor.runtime.benchmarking", "maybe_gpu_benchmark_lock", READ, (SWEEP_CAPTURE,),
-         "Inductor's lock around GPU timing (torch 2.13; none before)", required=False)
+         "Inductor's lock around GPU timing (torch 2.13; none before)", required=False,
+         checked_on=("2.13", "2.14", "2.15"))
 _declare("torch.cuda", "_sleep", READ, (SWEEP_CAPTURE,), "holds the GPU while the CPU queues timed calls")
 _declare("torch._dynamo.utils", "compilation_time_metrics", READ, (SWEEP_CAPTURE,),
          "the pointwise pass reports where its compile's time went")
+_declare("torch", "Tensor._base", READ, (SWEEP_CAPTURE,),
+         "a worker copies a view's input to a tensor of its own, so its size symbols are the model's",
+         checked_on=SOURCE_CHECKED_ON)
 # Only `autotune sweep --ddp/--fsdp` needs it (inductor_glue/distributed.py): not required.
 FAKE_STORE = _declare("torch.testing._internal.distributed.fake_pg", "FakeStore", READ, (SWEEP_CAPTURE,),
                       "--ddp/--fsdp compile a rank's graphs in one process over a fake process group",
                       required=False)
+
+# --- CPython's own internals (not torch's): the import gate of the background install
+# (autotune/job/import_gate.py, which leaves a Python without them alone) and the exit wait
+# (autotune/job/exit_wait.py, atexit without it). No feature depends on them.
+_BOOTSTRAP = "_frozen_importlib"  # importlib._bootstrap, as the interpreter runs it
+IMPORT_FIND_AND_LOAD = _declare(_BOOTSTRAP, "_find_and_load", PATCH, (),
+                                "wrapped while the gate is closed: a missing module's import waits for it to open",
+                                required=False, checked_on=PYTHON_CHECKED_ON)
+IMPORT_LOCK_UNLOCK = _declare(_BOOTSTRAP, "_lock_unlock_module", PATCH, (),
+                              "wrapped while the gate is closed: an import of a module still executing waits",
+                              required=False, checked_on=PYTHON_CHECKED_ON)
+_declare(_BOOTSTRAP, "_blocking_on", READ, (),
+         "which module lock the install waits for: a thread holding it is never held by the gate",
+         required=False, checked_on=PYTHON_CHECKED_ON)
+_declare(_BOOTSTRAP, "ModuleSpec._initializing", READ, (),
+         "a module still executing is not complete: an import of it waits at the gate",
+         required=False, checked_on=PYTHON_CHECKED_ON, on_instances=True)
+_declare("threading", "_register_atexit", READ, (),
+         "the exit wait runs before threading joins its threads (atexit, after them, without it)",
+         required=False, checked_on=PYTHON_CHECKED_ON)
 
 
 # ------------------------------------------------------------------ features

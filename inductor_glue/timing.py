@@ -165,3 +165,27 @@ def kernel_bound_timing(device: str) -> Iterator[None]:
             del benchmarker.benchmark_gpu
         else:
             benchmarker.benchmark_gpu = shadowed
+
+
+def others_running_per_core() -> float | None:
+    """Threads of other processes running or ready to run right now, per CPU core this process
+    may run on (Linux's /proc; None elsewhere). The one-minute load average lags a load that began
+    seconds ago, and counts this process's own timing threads; this does neither."""
+    import glob
+    import os
+
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    own = 0
+    for path in glob.glob("/proc/self/task/*/stat"):
+        try:
+            with open(path) as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        own += stat[stat.rindex(")") + 2 : stat.rindex(")") + 3] == "R"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(0, running - own) / (cores or 1)

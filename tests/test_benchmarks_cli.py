@@ -4,7 +4,6 @@ the goals, the results file and its Markdown."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,69 +147,86 @@ def test_dynamic_option_and_sweep_statuses(ct: ModuleType) -> None:
         "ok": 2, "key_mismatch": 1}
 
 
-def test_prefetch_benchmark_help_goals_and_table(tmp_path: Path) -> None:
-    from benchmarks import prefetch
+def _cell(scenario: str, *wholes: float, first: float = 1.0) -> list[dict[str, object]]:
+    return [{"scenario": scenario, "status": "ok", "whole_process_s": w, "first_call_s": first, "benchmarks": 0,
+             "setup_s": 0.5, "busy_s": 5.0} for w in wholes]
 
-    out = help_without_torch("benchmarks.prefetch", REPO)
-    assert "--quick" in out and "--build-seconds" in out
 
-    def ok(first: float, whole: float, **extra: object) -> dict[str, object]:
-        return {"status": "ok", "first_call_s": first, "whole_process_s": whole, **extra}
+def _startup_run() -> dict[str, object]:
+    from benchmarks import startup
 
-    scenarios = {"default": ok(10.0, 14.0), "floor +0s": ok(4.0, 8.0), "warm-start +0s": ok(3.0, 7.0),
-                 "prefetch +0s": ok(2.5, 6.5), "floor +5s": ok(4.0, 13.0),
-                 "warm-start +5s": ok(3.0, 12.0, scenario="warm-start"),
-                 "prefetch +5s": ok(1.5, 10.0, scenario="prefetch", hook={"prefetched_rows": 3, "prefetch_waits": 0},
-                                    first_call_phases={"_compile.compile_inner": 1.2, "compile_fx_inner": 0.4})}
-    found = {g["goal"]: g["met"] for g in prefetch.goals(scenarios, "resnet", [0.0, 5.0])}
-    assert found == {"first call at +5s <= 0.5x the floor's": True, "whole process at +5s <= 0.8x the floor's": True,
-                     "whole process at +0s <= today's warm start": True,
-                     "first call at +0s vs today's warm start (holds the install on a thread)": None,
-                     "first call at +5s <= 0.2x default mode's": True}
-    store = prefetch.results(tmp_path)
-    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --quick")
-    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": scenarios, "goals": []}}
+    scenarios = {"floor": startup.summarise(_cell("floor", 10.0, 12.0, 11.0, first=4.0)),
+                 "default": startup.summarise(_cell("default", 20.0, 21.0, 19.0, first=14.0)),
+                 "warm-start": startup.summarise(_cell("warm-start", 7.0, 8.0, 9.0, first=2.0))}
+    return {"label": "nvidia-h100: mlp", "date": "2026-12-07T12:00:00+00:00", "commit": "abc1234",
+            "command": "python -m benchmarks.startup --models mlp", "busy_seconds": 5.0, "processes": 3,
+            "machine": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 1, "torch": "2.11.0", "cpu_count": 16},
+            "models": {"mlp": {"path": "examples/mlp.py", "title": "small MLP", "scenarios": scenarios,
+                               "vs_floor": startup.vs_floor(scenarios)}}}
+
+
+def test_startup_help_cells_ratios_and_table(tmp_path: Path) -> None:
+    from benchmarks import startup
+
+    out = help_without_torch("benchmarks.startup", REPO)
+    assert "--busy-seconds" in out and "--processes" in out and "--quick" in out
+    failed = {"status": "timeout", "error": "timed out after 5 s", "stderr_tail": "..."}
+    cell = startup.summarise([*_cell("floor", 9.0, 7.0, 8.0), failed])
+    assert cell["whole_process_s"] == {"median": 8.0, "min": 7.0, "max": 9.0}
+    assert (cell["samples"], cell["failed"], cell["error"]) == (3, 1, "timed out after 5 s")
+    assert [p["status"] for p in cell["processes"]] == ["ok", "ok", "ok", "timeout"]
+    assert cell["processes"][0]["setup_s"] == 0.5  # each process's set-up figures are kept
+    run = _startup_run()
+    ratios = run["models"]["mlp"]["vs_floor"]  # type: ignore[index]
+    assert ratios["warm-start"]["whole_process_s"] == pytest.approx(8.0 / 11.0)
+    assert ratios["default"]["first_call_s"] == pytest.approx(14.0 / 4.0)
+    store = startup.results(tmp_path)
+    store.data["runs"].append(run)
     store.save()
-    table = (tmp_path / "prefetch.md").read_text()
-    assert "| prefetch +5s | 1.5 | 10.0 | 0.38 | 0.77 | 0.15 |" in table
-    assert ("- prefetch +5s, the first call's longest phases (nested): _compile.compile_inner 1.20 s, "
-            "compile_fx_inner 0.40 s") in table
+    table = (tmp_path / "startup.md").read_text()
+    assert "| warm-start | 3 | 8.0 (7.0-9.0) | 2.0 (2.0-2.0) | 0.73 | 0.50 | 0 |" in table
+    with pytest.raises(SystemExit, match="--timeout and --processes positive"):
+        startup.main(["--processes", "0"])
 
 
-def test_prefetch_processes_give_medians_and_keep_each_processs_timings(tmp_path: Path) -> None:
-    from benchmarks import prefetch
+def test_startup_skips_a_model_whose_library_is_missing_and_busies_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import startup
 
-    assert "--processes" in help_without_torch("benchmarks.prefetch", REPO)
-    runs = [{"status": "ok", "first_call_s": first, "whole_process_s": whole, "benchmarks": bench,
-             "hook": {"prefetch_waits": n}} for n, (first, whole, bench) in enumerate([(3.0, 9.0, 0), (2.0, 7.0, 1),
-                                                                                     (4.0, 8.0, 0)])]
-    failed = {"status": "timeout", "error": "timed out after 5 s"}
-    merged = prefetch.medians([*runs, failed])
-    assert (merged["first_call_s"], merged["whole_process_s"]) == (3.0, 8.0)
-    assert merged["benchmarks"] == 1  # any process that benchmarked shows
-    assert merged["hook"] == {"prefetch_waits": 0}  # the first good process's details
-    assert [p["status"] for p in merged["processes"]] == ["ok", "ok", "ok", "timeout"]
-    assert prefetch.medians(runs[:1]) is runs[0] and prefetch.medians([failed]) is failed
-    store = prefetch.results(tmp_path)
-    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --processes 4")
-    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": {"prefetch +0s": merged}, "goals": []}}
-    store.save()
-    assert ("- medians of 4 fresh processes per timed scenario, each process's first call / whole process "
-            "(fastest-slowest, s): prefetch +0s 2.0-4.0 / 7.0-9.0") in (tmp_path / "prefetch.md").read_text()
-    today = [{**r, "whole_process_s": r["whole_process_s"] - 0.5} for r in runs]  # 0.5 s faster in every round
-    today[1] = {**today[1], "whole_process_s": 7.5}  # but slower in the second
-    scenarios = {"prefetch +0s": {"processes": [*runs, failed]}, "warm-start +0s": {"processes": today}}
-    paired = prefetch.paired_rounds(scenarios, "prefetch +0s", "warm-start +0s", "whole_process_s")
-    assert paired is not None and (paired["rounds"], paired["slower"]) == (3, 2)
-    assert paired["mean_s"] == pytest.approx(0.5 / 3)
-    assert paired["low_s"] < paired["mean_s"] < paired["high_s"]
-    assert prefetch.paired_rounds(scenarios, "prefetch +0s", "floor +0s", "whole_process_s") is None
-    run["models"]["mlp"]["scenarios"] = scenarios | {"prefetch +0s": merged}
-    store.save()
-    assert ("- whole process at +0s, the prefetch's process less today's in each round: slower in 2 of 3 rounds, "
-            "a mean difference of +0.17 s (95% interval ") in (tmp_path / "prefetch.md").read_text()
-    with pytest.raises(SystemExit, match="--processes must be positive"):
-        prefetch.main(["--processes", "0"])
+    monkeypatch.setitem(startup.MODELS, "absent", startup.Model("examples/mlp.py", ("no_such_library_here",)))
+    assert startup.missing_library("absent") == "absent: skipped, no_such_library_here is not installed"
+    assert startup.missing_library("mlp") is None
+    assert startup.busy(0.0) == 0 and startup.busy(0.01) >= 1
+    assert set(startup.DEFAULT_MODELS) == {"resnet50", "vit", "lm_train", "mlp"}
+    assert all((REPO / startup.MODELS[name].path).is_file() for name in startup.MODELS)
+
+
+def test_headline_renders_one_runs_table_between_the_markers(tmp_path: Path) -> None:
+    from benchmarks import headline
+
+    other = {**_startup_run(), "label": "older", "commit": "0000000", "date": "2026-12-01T00:00:00+00:00"}
+    split = {**_startup_run(), "label": "nvidia-h100: vit", "models": {"vit": {
+        "path": "examples/vit_hf.py", "skipped": "vit: skipped, transformers is not installed"}}}
+    results = tmp_path / "startup.json"
+    results.write_text(json.dumps({"benchmark": "startup", "runs": [other, _startup_run(), split]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Headline figures\n\nold figures\n\n## Documentation\n\nkept\n")
+    assert headline.main(["--results", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old figures" not in text and text.endswith("## Documentation\n\nkept\n")
+    assert ("| small MLP (`examples/mlp.py`) | H100 80GB HBM3, torch 2.11.0, 2026-12-07 | 3/3/3 | "
+            "11.0 s (10.0-12.0) | 20.0 s (19.0-21.0) | 8.0 s (7.0-9.0) | **0.73x** | 4.0 s (4.0-4.0) | "
+            "14.0 s (14.0-14.0) | 2.0 s (2.0-2.0) | 0.50x |") in text
+    assert "one commit (abc1234), the same machine,\n3 processes per figure" in text
+    assert "Not measured in this run: vit (vit: skipped, transformers is not installed)." in text
+    assert "[docs/results.md](docs/results.md)" in text and "0000000" not in text
+    assert headline.main(["--results", str(results), "--readme", str(readme), "--check"]) == 0
+    assert headline.rewrite(text, headline.START + "new" + headline.END).count("new") == 1
+    with pytest.raises(SystemExit, match="differ in commit or machine"):
+        headline.main(["--results", str(results), "--label", "older", "--label", "nvidia-h100: mlp", "--print"])
+
+
+def test_headline_help_works_without_importing_torch() -> None:
+    assert "--print" in help_without_torch("benchmarks.headline", REPO)
 
 
 def test_team_queue_benchmark_help_workload_and_scaling_figures(tmp_path: Path) -> None:
@@ -272,66 +288,36 @@ def test_install_imports_help_works_without_importing_torch_and_its_table_takes_
     assert rows[1] == ["thread", 0, "-", "-", "-", "-", "-"]  # a child without figures is not counted
 
 
-def test_prefetch_keeps_each_processs_set_up_figures() -> None:
-    from benchmarks import prefetch
-
-    results = [{"status": "ok", "first_call_s": f, "whole_process_s": f + 5, "setup_s": 1.0 + f,
-                "model_build_s": 0.2, "hook": {"install_s": f}} for f in (1.0, 2.0)]
-    merged = prefetch.medians(results)
-    assert merged["first_call_s"] == 1.5
-    assert [p["setup_s"] for p in merged["processes"]] == [2.0, 3.0]
-    assert merged["processes"][1]["hook"] == {"install_s": 2.0}
-
-
-def test_prefetch_baseline_runs_the_prefetch_scenario_from_another_versions_folder(tmp_path: Path) -> None:
-    from benchmarks import prefetch
+def test_startup_baseline_runs_the_warm_start_from_another_versions_folder(tmp_path: Path) -> None:
+    from benchmarks import startup
 
     with pytest.raises(SystemExit, match="make one with `bash benchmarks/baseline_code.sh COMMIT"):
-        prefetch.main(["--baseline", str(tmp_path / "nowhere")])
+        startup.main(["--baseline", str(tmp_path / "nowhere")])
     folder = tmp_path / "base"
-    for made in ("autotune/__init__.py", "benchmarks/prefetch.py"):
+    for made in ("autotune/__init__.py", "benchmarks/startup.py"):
         (folder / made).parent.mkdir(parents=True, exist_ok=True)
         (folder / made).write_text("")
-    (folder / prefetch.BASELINE_COMMIT).write_text("abc1234\n")
-    assert prefetch.baseline_folder(str(folder)) == folder.resolve()
-    assert prefetch.baseline_name(folder) == "abc1234"
-    assert prefetch._code_for("prefetch", folder) == (harness.REPO, "prefetch")
-    assert prefetch._code_for("baseline", folder) == (folder, "prefetch")
+    (folder / startup.BASELINE_COMMIT).write_text("abc1234\n")
+    assert startup.baseline_folder(str(folder)) == folder.resolve()
+    assert startup.baseline_name(folder) == "abc1234"
+    assert startup._code_for("warm-start", folder) == (harness.REPO, "warm-start")
+    assert startup._code_for("baseline", folder) == (folder, "warm-start")
     assert (folder / "examples" / "mlp.py").is_file()  # the model files under the same relative paths
-    env = harness.child_env(tmp_path / "caches", None, folder)
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(folder)
-
-    def ok(scenario: str, whole: float, *rounds: float) -> dict[str, object]:
-        return {"scenario": scenario, "status": "ok", "first_call_s": 1.0, "whole_process_s": whole,
-                "processes": [{"status": "ok", "first_call_s": 1.0, "whole_process_s": r} for r in rounds]}
-
-    scenarios = {"floor +0s": ok("floor", 8.0), "warm-start +0s": ok("warm-start", 6.0, 6.0, 6.0),
-                 "prefetch +0s": ok("prefetch", 6.0, 6.1, 5.9), "baseline +0s": ok("baseline", 6.4, 6.5, 6.7)}
-    found = {g["goal"]: (g["value"], g["met"]) for g in prefetch.goals(scenarios, "mlp", [0.0], "abc1234")}
-    assert found["whole process at +0s vs the baseline code's (abc1234)"] == (pytest.approx(6.0 / 6.4), None)
-    store = prefetch.results(tmp_path)
-    run = store.run("cpu: mlp", {"cpu": "x", "cpu_count": 2}, "python -m benchmarks.prefetch --baseline base")
-    run["models"] = {"mlp": {"path": "examples/mlp.py", "scenarios": scenarios, "goals": []}}
-    store.save()
-    table = (tmp_path / "prefetch.md").read_text()
-    assert "| baseline +0s | 1.0 | 6.4 | 1.00 | 0.80 |" in table  # against the floor, as the prefetch's row
-    assert ("- whole process at +0s, the prefetch's process less the baseline code's in each round: slower in 0 of "
-            "2 rounds, a mean difference of -0.60 s") in table
 
 
 def test_baseline_code_makes_a_folder_whose_processes_import_that_versions_code(tmp_path: Path) -> None:
-    from benchmarks import prefetch
+    from benchmarks import startup
 
     folder = tmp_path / "head"
     made = subprocess.run(["bash", "benchmarks/baseline_code.sh", "HEAD", str(folder)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr[-2000:]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    assert prefetch.baseline_name(prefetch.baseline_folder(str(folder))) == commit.stdout.strip()
-    code, _ = prefetch._code_for("baseline", folder)
-    where = ("import autotune, autotune.cache.store, autotune.workers, benchmarks.prefetch\n"
+    assert startup.baseline_name(startup.baseline_folder(str(folder))) == commit.stdout.strip()
+    code, _ = startup._code_for("baseline", folder)
+    where = ("import autotune, autotune.cache.store, autotune.workers, benchmarks.startup\n"
              "print(autotune.__file__, autotune.cache.store.__file__, autotune.workers.__file__, "
-             "benchmarks.prefetch.__file__)")
+             "benchmarks.startup.__file__)")
     imported = subprocess.run([sys.executable, "-c", where], cwd=code, env=harness.child_env(tmp_path / "c", None, code),
                               capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr[-2000:]

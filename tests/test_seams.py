@@ -1,8 +1,8 @@
-"""The private torch seams: declared once, resolving on this torch, and reported when one is missing."""
+"""The private torch seams: declared once, resolving on this torch, and reported when one is missing.
+tests/test_seam_names.py checks that every private name the code touches is declared."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import autotune
-import autotune.cache
-import autotune.inductor_glue
-import autotune.workers
 from autotune import cli
 from autotune.cache import Store
 from autotune.inductor_glue import seams
@@ -24,11 +20,6 @@ from autotune.inductor_glue import seams
 pytestmark = pytest.mark.torch_subset
 
 TESTS = Path(__file__).parent
-# The product's modules where this process imports them: the checkout under an editable
-# install, site-packages under the wheel (the torch subset runs from a copy of the tests).
-PACKAGES = [Path(module.__file__).resolve().parent for module in (autotune, autotune.cache, autotune.workers,
-                                                                  autotune.inductor_glue)]
-SOURCES = sorted({p.resolve() for folder in PACKAGES for p in folder.rglob("*.py")})
 # Deleted in the subprocess below: a patch seam of a feature a CPU job uses, whose absence
 # leaves torch's own compile intact (torch calls it only with caching_precompile on).
 DELETED = seams.PACKAGE_LOAD
@@ -54,32 +45,6 @@ def test_each_seam_is_declared_once_and_patched_by_one_patch() -> None:
         from autotune.inductor_glue.patching import StackedPatch
 
         StackedPatch(seams.COORDINATE_DESCENT, lambda original, patch: original)
-
-
-def _private(module: str) -> bool:
-    parts = module.split(".")
-    return parts[0] == "torch" and (any(p.startswith("_") for p in parts[1:]) or module.startswith("torch.fx.experimental"))
-
-
-def test_every_private_torch_import_in_the_code_is_a_declared_seam() -> None:
-    """A new ``from torch._inductor... import X`` needs its line in inductor_glue/seams.py."""
-    declared = {seam.path for seam in seams.SEAMS}
-
-    def covered(path: str) -> bool:
-        return path in declared or any(d.startswith(path + ".") for d in declared)
-
-    undeclared: dict[str, list[str]] = {}
-    for source in SOURCES:
-        for node in ast.walk(ast.parse(source.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _private(node.module):
-                names = [f"{node.module}.{alias.name}" for alias in node.names]
-                names = [n for n in names if not covered(n) and not covered(node.module)]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names if _private(a.name) and not covered(a.name)]
-            if names:
-                undeclared.setdefault(str(source), []).extend(names)
-    assert undeclared == {}
 
 
 def test_doctor_reports_every_feature_on_with_this_torch_and_exits_0() -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import math
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,9 +47,10 @@ from autotune.inductor_glue.inductor import (
     installed,
 )
 from autotune.inductor_glue.pinning import fastest_template
-from autotune.inductor_glue.timing import kernel_bound_timing
+from autotune.inductor_glue.timing import kernel_bound_timing, others_running_per_core
 
 from .jobs import TuneJob
+from .noise import TIMING_ROUNDS, Timed, choose_busy, choose_candidate, is_busy, summarize
 from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
 from .symbolic import symbol_numbers
 
@@ -96,6 +98,13 @@ class TunePolicy:
     stand_ins: dict[str, str] = field(default_factory=dict)
     # Choice hash -> why it broke the compile it stood in for: never chosen again.
     unrunnable: dict[str, str] = field(default_factory=dict)
+    # Request key -> choice hash -> (spread, rounds) of its timing (times holds the median).
+    noise: dict[str, dict[str, tuple[float | None, int]]] = field(default_factory=dict)
+    # Request key -> other processes' ready threads per core while it was timed (None: unknown).
+    loads: dict[str, float | None] = field(default_factory=dict)
+
+    def busy(self, key: str) -> bool:
+        return is_busy(self.device, self.loads.get(key))
 
     def lookup(
         self, request: ObservedRequest, choices: list[Any], benchmark: Benchmark | None, default: Any
@@ -110,22 +119,47 @@ class TunePolicy:
             return {}  # the precompile check: let Inductor compile the candidates in parallel
         # Kernel-bound: what a job's graph pays, not this process's launches; in turn with the
         # other children timing on this GPU.
-        with gpu_timing_turn(self.device), kernel_bound_timing(self.device):
-            timings = benchmark(choices)
+        # Several rounds, each timing every candidate once, so a change of load hits them alike.
+        rounds: dict[Any, list[float]] = {}
+        loads = []
+        for _ in range(TIMING_ROUNDS):
+            with gpu_timing_turn(self.device), kernel_bound_timing(self.device):
+                timings = benchmark(choices)
+            loads.append(others_running_per_core())
+            for choice, ms in timings.items():
+                rounds.setdefault(choice, []).append(float(ms))
+        known = [load for load in loads if load is not None]
+        self.loads[key] = statistics.median(known) if known else None
         bucket = self.times.setdefault(key, {})
-        for choice, ms in timings.items():
-            bucket[choice_hash(choice)] = (choice, float(ms))
+        noise = self.noise.setdefault(key, {})
+        for choice, times in rounds.items():
+            median, spread, repeats = summarize(times)
+            bucket[choice_hash(choice)] = (choice, median)
+            noise[choice_hash(choice)] = (spread, repeats)
         barred = self.excluded | set(self.unrunnable)
-        allowed = {c: (math.inf if choice_hash(c) in barred else t) for c, t in timings.items()}
-        stand_in = _stand_in(allowed)
-        if stand_in is None:
-            return allowed
-        self.stand_ins[key] = choice_hash(stand_in)
-        return {c: (0.0 if c is stand_in else math.inf) for c in allowed}
+        allowed = {c: (math.inf if choice_hash(c) in barred else bucket[choice_hash(c)][1]) for c in rounds}
+        aten = _aten_choice(allowed, noise, self.busy(key))
+        stand_in = _stand_in(allowed) if aten is not None else None
+        if stand_in is not None:
+            self.stand_ins[key] = choice_hash(stand_in)
+            return {c: (0.0 if c is stand_in else math.inf) for c in allowed}
+        # ATen stored over a faster-looking candidate (within the noise): the graph runs ATen.
+        return {**allowed, aten: 0.0} if aten is not None else allowed
+
+
+def _aten_choice(timings: dict[Any, float], noise: dict[str, tuple[float | None, int]], busy: bool) -> Any | None:
+    """The ATen choice when the noise rule (workers/noise.py) stores ATen, else None."""
+    rows = [Timed(choice_hash(c), choice_kind(c) == "aten", t, noise.get(choice_hash(c), (None, 0))[0])
+            for c, t in timings.items()]
+    decision = choose_busy(rows, busy)
+    if decision is None:
+        return None
+    winner = next(c for c in timings if choice_hash(c) == decision.winner)
+    return winner if choice_kind(winner) == "aten" else None
 
 
 def _stand_in(timings: dict[Any, float]) -> Any | None:
-    """When ATen is fastest, the fastest pinnable Triton config, for the graph to run instead.
+    """When ATen is stored, the fastest pinnable Triton config, for the graph to run instead.
 
     ATen's numbers need no compile to check (the op in eager mode is ATen), while the
     fastest template must be checked before the end-to-end pass may choose it in the
@@ -133,8 +167,6 @@ def _stand_in(timings: dict[Any, float]) -> Any | None:
     compile; a second compile serving it alone cost seconds per request on a GPU.
     """
     finite = {c: t for c, t in timings.items() if math.isfinite(t)}
-    if not finite or choice_kind(min(finite, key=finite.__getitem__)) != "aten":
-        return None
     described = {choice_hash(c): c for c in finite}
     fastest = fastest_template([describe_choice(c, t) for c, t in finite.items()])
     return described[fastest.choice_hash] if fastest is not None else None
@@ -164,7 +196,8 @@ def _candidates(policy: TunePolicy, key: str, failures: list[str]) -> list[Candi
             kind = _failure_kind(message or "") if h in timed else "compile_error"
             out.append(describe_choice(choice, None, kind, message))
         else:
-            out.append(describe_choice(choice, ms))
+            spread, repeats = policy.noise.get(key, {}).get(h, (None, 0))
+            out.append(dataclasses.replace(describe_choice(choice, ms), spread=spread, repeats=repeats or None))
     return out
 
 
@@ -246,7 +279,8 @@ def _eager_output(graph: Any) -> Any:
 
 def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], status: str,
             started: float, *, winner: str | None = None, validation: dict[str, Any] | None = None,
-            error: str | None = None, request: TuningRequest | None = None) -> TuningResult:
+            error: str | None = None, request: TuningRequest | None = None,
+            fallback_reason: str | None = None) -> TuningResult:
     return TuningResult(
         env=env,
         request=request or job.request,
@@ -261,6 +295,7 @@ def _result(job: TuneJob, env: Environment, candidates: list[CandidateResult], s
             tuning_seconds=time.perf_counter() - started,
             source="sweep",
         ),
+        fallback_reason=fallback_reason,
     )
 
 
@@ -309,6 +344,15 @@ def _match_threads(job: TuneJob) -> None:
 
 def tune_request(job: TuneJob) -> TuningResult:
     """Tune ``job.request`` here; failures come back as a result, never raised."""
+    from .search import searched, tune_searched
+
+    if searched(job):  # a sweep's --search other than the default (workers/search.py)
+        return tune_searched(job)
+    return tune_with(job, TunePolicy(device=job.device))
+
+
+def tune_with(job: TuneJob, policy: TunePolicy) -> TuningResult:
+    """``tune_request`` with ``policy`` timing the candidates."""
     from autotune.inductor_glue.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()
@@ -318,7 +362,6 @@ def tune_request(job: TuneJob) -> TuningResult:
     failures = _FailureLog()
     inductor_log = logging.getLogger("torch._inductor")
     inductor_log.addHandler(failures)
-    policy = TunePolicy(device=job.device)
     try:
         for _attempt in range(MAX_WINNER_RETRIES + 1):
             graph, output = _compile_and_run_standing_in(job, policy)
@@ -331,19 +374,24 @@ def tune_request(job: TuneJob) -> TuningResult:
             timed = [c for c in candidates if c.ok]
             if not timed:
                 return _result(job, env, candidates, STATUS_FAILED, started, error="every candidate failed")
-            winner = min(timed, key=lambda c: c.time_ms or math.inf)
+            # The noise rule: ATen unless another clearly beats it.
+            decision = choose_candidate(timed, policy.busy(key))
+            winner = next(c for c in timed if decision is not None and c.choice_hash == decision.winner)
             # An ATen win with a template that ran in its place (``_stand_in``): the graph's
             # output is the template's, and ATen's comes from eager mode.
             stand_in = next((c for c in candidates if c.choice_hash == policy.stand_ins.get(key)), None) \
                 if winner.kind == "aten" else None
             validation = _check_numerics(graph, output if stand_in is None else _eager_output(graph), job.request)
             validation["winner"] = winner.name
+            validation["timing"] = {"rounds": TIMING_ROUNDS, "others_per_core": policy.loads.get(key),
+                                    "busy": policy.busy(key)}
             if validation["passed"]:
                 if stand_in is not None:
                     check = _check_numerics(graph, output, job.request)
                     candidates = _with_template_check(candidates, stand_in, check, validation)
                 return _result(job, env, candidates, STATUS_OK, started, winner=winner.choice_hash,
-                               validation=validation, request=_with_every_candidate(job.request, candidates))
+                               validation=validation, request=_with_every_candidate(job.request, candidates),
+                               fallback_reason=decision.fallback_reason if decision else None)
             log.warning("winner %s of %s gave wrong numbers (%s); trying the next best",
                         winner.name, job.request.op, validation)
             policy.excluded.add(winner.choice_hash)

@@ -60,7 +60,9 @@ class PackageSeam:
         from torch._dynamo.package import CompilePackage, DynamoCache
 
         source_id = CompilePackage.source_id_from_fn(fn)
-        key = self.keys.setdefault(source_id, _stored_key(fn, source_id))
+        key = self.keys.get(source_id)
+        if key is None:  # once per function: it hashes the source file and the module's repr
+            key = self.keys[source_id] = _stored_key(fn, source_id)
         path = os.path.join(DynamoCache.path_prefix(), source_id, "entry")
         if os.path.exists(path):
             return

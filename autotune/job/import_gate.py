@@ -24,8 +24,8 @@ loading weights and data) still runs beside the install. A wait never outlasts i
 
 The gate wraps ``_find_and_load`` and ``_lock_unlock_module`` of ``importlib._bootstrap``, the
 two functions CPython calls for a module that is missing or still executing (a complete one
-never reaches them). They are CPython's, not torch's, so they are declared here, not in
-``inductor_glue/seams.py``. Both have had these names and arguments since Python 3.3 (checked
+never reaches them). They are CPython's, declared with ``_blocking_on`` and a spec's
+``_initializing`` in ``inductor_glue/seams.py``. Both have had these names and arguments since Python 3.3 (checked
 on 3.11 and 3.12); a Python without them is left alone (``install()`` says so, and the hook then installs before
 ``warm_start()`` returns).
 """

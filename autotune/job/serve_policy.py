@@ -273,15 +273,17 @@ class ServePolicy:
             self.stats.written += 1
 
     # --- pinning: which Triton configs are generated at all ------------------------
-    def allow_template(self, pin: Pin) -> bool:
-        """Generate a Triton config unless a stored result says it lost."""
+    def allow_template(self, pin: Pin) -> bool | Pin:
+        """Generate a Triton config unless a stored result says it lost; in the place of the
+        first that lost, its family's stored winner where this compile's config list lacks it
+        (an exhaustive search's winner: ``PinIndex.instead``)."""
         if not self.settings.pin or self.store.disabled:
             return True
         index = self._pin_index(pin.device)
         if index is None or index.allows(pin):
             return True
         self.stats.configs_skipped += 1
-        return False
+        return index.instead(pin) or False
 
     def _pin_index(self, device: str) -> PinIndex | None:
         if device not in self._pins:

@@ -12,6 +12,8 @@ from autotune.cache.records import STATUS_OK, Environment, TuningRequest, Tuning
 from autotune.inductor_glue.distributed import DistributedSpec
 from autotune.shapes import shape_summary
 
+from .cost import cost_json
+
 if TYPE_CHECKING:  # the pass's report: end_to_end.py imports torch's side of the pass
     from .end_to_end import EndToEndReport
 
@@ -164,6 +166,23 @@ class SweepReport:
         """Results written to the cache by this sweep."""
         return sum(1 for o in self.outcomes if o.stored and o.result is not None)
 
+    def timed_busy(self) -> list[TuningResult]:
+        """The results this sweep's workers timed on a busy host (workers/noise.py)."""
+        return [o.result for o in self.outcomes if o.result is not None and _timed_busy(o.result)]
+
+    def busy_line(self) -> str | None:
+        """One line where the host was busy while candidates were timed: how many of those
+        requests stored ATen for it (their results are timed again by a sweep on a quiet host)."""
+        busy = self.timed_busy()
+        if not busy:
+            return None
+        fell_back = sum(1 for r in busy if r.fallback_reason is not None)
+        loads = [r.validation["timing"].get("others_per_core") for r in busy if r.validation]
+        load = max((x for x in loads if isinstance(x, (int, float))), default=None)
+        beside = f" ({load:.1f} other ready threads per core)" if load is not None else ""
+        return (f"busy host{beside}: {len(busy)} request(s) timed under load, {fell_back} fell back to ATen "
+                "for it; a sweep on a quiet host times them again")
+
     def refused(self) -> dict[str, int]:
         """Candidates this sweep's workers could not time, by reason (out_of_resources,
         compile_error, ...): data, counted, never printed one by one."""
@@ -200,7 +219,10 @@ class SweepReport:
                 "tuning_seconds": round(self.tuning_seconds, 3),
                 "wall_seconds": round(self.wall_seconds, 3),
                 "candidates_refused": self.refused(),
+                "timed_busy": len(self.timed_busy()),
+                "fell_back_to_aten": sum(1 for o in self.outcomes if o.result and o.result.fallback_reason),
             },
+            "cost": cost_json(self),
             "pointwise": self.pointwise.to_json() if self.pointwise else None,
             "store_error": self.store_error,
             "malformed_rows": self.malformed_rows,
@@ -208,6 +230,11 @@ class SweepReport:
             "models": [m.to_json() for m in self.models],
             "requests": [o.to_json() for o in self.outcomes],
         }
+
+
+def _timed_busy(result: TuningResult) -> bool:
+    timing = (result.validation or {}).get("timing")
+    return isinstance(timing, dict) and timing.get("busy") is True
 
 
 class Progress(Protocol):

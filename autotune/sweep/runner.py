@@ -464,6 +464,7 @@ class _Sweep:
         """Plan one request as capture finds it in ``model``: cached, queued (streamed to
         workers), or planned (dry run). 1 if it is new to this sweep."""
         from autotune.workers.jobs import TuneJob
+        from autotune.workers.search import search_overrides
 
         decision = self.strategy.verdict(request, env)
         if decision is None:  # found before: if this sweep queued it, this model's pass waits for it too
@@ -479,7 +480,8 @@ class _Sweep:
             self.mark("first_request_queued")
             self.queued_keys.add(request.key)
             self.readiness.needs(model, request.key)
-            self.queue.put(TuneJob(request, env, self.settings.mode, overrides, self.device,
+            searched = {**overrides, **search_overrides(self.settings.search, self.settings.budget_s)}
+            self.queue.put(TuneJob(request, env, self.settings.mode, searched, self.device,
                                    self.report.sweep_id), priority=self.strategy.priority(model))
         return 1
 

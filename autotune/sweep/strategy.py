@@ -77,9 +77,13 @@ class SweepStrategy:
 
     def verdict(self, request: TuningRequest, env: Environment | None) -> str | None:
         """A captured request's verdict: plan.TUNE, plan.CACHED, or None for one seen before."""
+        from autotune.workers.retime import without_busy_timed
+        from autotune.workers.search import cached_keys
+
         env_key = env.key if env else ""
         if env is not None and env_key not in self.cached_keys:
-            self.cached_keys[env_key] = self.store.cached_request_keys(env)
+            self.cached_keys[env_key] = without_busy_timed(self.store, env,
+                                                           cached_keys(self.store, env, self.settings.search))
         return self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
 
     def miss_jobs(self, sweep_id: str) -> Listing[Any]:
@@ -191,6 +195,7 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Li
     that failed validation are left out, in the listing's ``malformed``."""
     from autotune.inductor_glue.env import current_environment
     from autotune.workers.jobs import TuneJob
+    from autotune.workers.search import search_overrides
 
     here = current_environment(device)
     logged = store.misses(None)
@@ -210,6 +215,7 @@ def _miss_jobs(store: Any, device: str, settings: Settings, sweep_id: str) -> Li
         if not same_machine:
             continue
         config = {k: v for k, v in env.config.items() if not (isinstance(v, str) and v.startswith("<"))}
+        config.update(search_overrides(settings.search, settings.budget_s))
         jobs.append(TuneJob(miss.request, env, settings.mode, config, device, sweep_id))
     return jobs
 

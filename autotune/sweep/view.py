@@ -29,6 +29,7 @@ from autotune.cache.records import STATUS_OK, TuningResult
 from autotune.cache.text import escape_control
 from autotune.shapes import fmt_ms, fmt_speedup, shape_summary
 
+from .cost import cost_line
 from .report import STATUS_CACHED, Outcome, SweepReport
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ def summary_lines(report: SweepReport) -> list[str]:
     if refused:
         reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in refused.items())
         lines.append(f"candidates not timed: {sum(refused.values())} ({reasons}); each is recorded with its reason")
+    lines += [line for line in (cost_line(report), report.busy_line()) if line]
     lines += _failed_lines(report)
     if report.store_error is not None:
         lines.append(f"stored {report.stored}, not stored {report.not_stored}, not run {report.not_run}: "

@@ -27,6 +27,7 @@ from autotune.cache.models import environments as E
 from autotune.cache.models import misses as M
 from autotune.cache.models import requests as R
 from autotune.cache.records import (
+    SEARCH_DEFAULT,
     STATUS_OK,
     CandidateResult,
     Environment,
@@ -46,6 +47,8 @@ from autotune.cache.validation import (
     check_kernel_config,
     check_request,
     is_int,
+    stored_repeats,
+    stored_spread,
     stored_time_ms,
 )
 
@@ -61,10 +64,13 @@ _RESULT: Spec = {
     "sweep_id": (_OPT_STR, True),
     "tuning_seconds": (_OPT_NUM, True),
     "source": (_STR, True),
+    "fallback_reason": (_OPT_STR, False),
+    "search": (_OPT_STR, False),
 }
 _REQUEST_FIELDS = ("op", "inputs_key", "precision", "inputs", "params", "choice_hashes")
 # A candidate's fields but its time, which stored_time_ms checks; all of them are in its row.
-_CANDIDATE: Spec = {name: (types, True) for name, (types, _) in CANDIDATE.items() if name != "time_ms"}
+_CANDIDATE: Spec = {name: (types, True) for name, (types, _) in CANDIDATE.items()
+                    if name not in ("time_ms", "spread", "repeats")}
 
 
 Selected = sa.Column[Any] | sa.Label[Any]  # a column, or an expression named like one
@@ -170,6 +176,8 @@ def candidate_from_row(row: Any, dialect: str) -> CandidateResult:
         time_ms=stored_time_ms(values["time_ms"], f"{where}: time_ms"),
         failure_kind=values["failure_kind"],
         failure_message=values["failure_message"],
+        spread=stored_spread(values.get("spread"), f"{where}: spread"),
+        repeats=stored_repeats(values.get("repeats"), f"{where}: repeats"),
     )
 
 
@@ -178,6 +186,7 @@ def result_from_rows(env: Environment, row: Any, cands: Iterable[Any], dialect: 
     with checking("requests", _id(row)):
         values = REQUESTS.values(row, dialect)
         check({name: values[name] for name in _RESULT}, _RESULT, "request")
+        stored_spread(values.get("winner_spread"), "winner_spread")
         candidates = tuple(candidate_from_row(c, dialect) for c in cands)
         if values["status"] == STATUS_OK and all(c.time_ms is None for c in candidates):
             raise ValueError("its status is ok, yet no candidate has a time (each is null or infinite)")
@@ -195,7 +204,9 @@ def result_from_rows(env: Environment, row: Any, cands: Iterable[Any], dialect: 
                 sweep_id=values["sweep_id"],
                 tuning_seconds=values["tuning_seconds"],
                 source=values["source"],
+                search=values.get("search") or SEARCH_DEFAULT,
             ),
+            fallback_reason=values.get("fallback_reason"),
         )
 
 

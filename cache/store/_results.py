@@ -4,6 +4,7 @@ every read of them (the hook's lookup is the hot path)."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 from collections import namedtuple
@@ -46,7 +47,7 @@ _LOOKUP_CANDIDATES = (
 )
 _CANDIDATE_FIELDS = (
     "id", "choice_hash", "kind", "name", "description", "template_id",
-    "params", "time_ms", "failure_kind", "failure_message",
+    "params", "time_ms", "failure_kind", "failure_message", "spread", "repeats",
 )  # fmt: skip
 # How PostgreSQL's JSON writes the float8 values JSON has no number for.
 _PG_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -250,6 +251,22 @@ class ResultsMixin(EnvironmentsMixin):
         return self._read(work)
 
     @db_errors
+    def busy_timed_request_keys(self, env: Environment) -> set[str]:
+        """Keys of requests stored ok for env whose candidates were timed on a busy host
+        (``validation["timing"]["busy"]``, workers/noise.py): a sweep on a quiet host times
+        them again, and its result replaces theirs."""
+
+        def work(conn: Connection) -> set[str]:
+            env_id = self._env_id(conn, env)
+            if env_id is None:
+                return set()
+            query = sa.select(R.c.key, sa.type_coerce(R.c.validation, sa.Text).label("validation")).where(
+                R.c.env_id == env_id, R.c.status == STATUS_OK, R.c.validation.is_not(None))
+            return {row.key for row in conn.execute(query) if _timed_busy(row.validation)}
+
+        return self._read(work)
+
+    @db_errors
     def results_for_env(self, env: Environment, status: str | None = STATUS_OK) -> Listing[TuningResult]:
         """Every result stored for env (status ok unless told), with candidates; rows that fail
         validation are left out, each in the listing's ``malformed``.
@@ -302,10 +319,18 @@ def _pg_lookup_row(conn: Connection, params: dict[str, Any]) -> Any | None:
 
 def _pg_candidate(data: dict[str, Any]) -> dict[str, Any]:
     """A candidate as PostgreSQL's JSON gave it, its float8 time back as a float."""
-    time_ms = data.get("time_ms")
-    if isinstance(time_ms, str) and time_ms in _PG_FLOAT_WORDS:
-        return {**data, "time_ms": _PG_FLOAT_WORDS[time_ms]}
-    return data
+    words = {name: _PG_FLOAT_WORDS[value] for name in ("time_ms", "spread")
+             if isinstance(value := data.get(name), str) and value in _PG_FLOAT_WORDS}
+    return {**data, **words} if words else data
+
+
+def _timed_busy(validation: Any) -> bool:
+    """A stored validation's ``timing.busy`` flag; anything unreadable is not busy."""
+    try:
+        data = json.loads(validation) if isinstance(validation, str) else validation
+        return isinstance(data, dict) and isinstance(data.get("timing"), dict) and data["timing"].get("busy") is True
+    except ValueError:
+        return False
 
 
 def _exists(conn: Connection, table: sa.Table, *where: sa.ColumnElement[bool]) -> bool:

@@ -64,6 +64,14 @@ def json_safe(value: Any, where: str) -> Any:
     raise TypeError(f"{where} is a {type(value).__name__}; the cache stores JSON data only")
 
 
+def finite_or_none(value: float | None, where: str) -> float | None:
+    """A spread to store: a finite number >= 0, else null (a reader would refuse the row)."""
+    if value is None or (math.isfinite(value) and value >= 0):
+        return value
+    log.warning("cache stores %s=%r as null", where, value)
+    return None
+
+
 def dedupe(candidates: Sequence[CandidateResult]) -> list[CandidateResult]:
     seen: dict[str, CandidateResult] = {}
     for cand in candidates:
@@ -125,6 +133,9 @@ def result_values(result: TuningResult, env_id: int, now: datetime) -> dict[str,
         "sweep_id": prov.sweep_id,
         "tuning_seconds": prov.tuning_seconds,
         "source": prov.source,
+        "winner_spread": finite_or_none(result.winner_spread, "winner_spread"),
+        "fallback_reason": result.fallback_reason,
+        "search": prov.search,
     }
 
 
@@ -141,4 +152,6 @@ def candidate_values(cand: CandidateResult, position: int, request_id: int) -> d
         "time_ms": cand.time_ms,
         "failure_kind": cand.failure_kind,
         "failure_message": cand.failure_message,
+        "spread": finite_or_none(cand.spread, f"candidate {cand.name} spread"),
+        "repeats": cand.repeats,
     }
