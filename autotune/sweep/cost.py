@@ -10,11 +10,29 @@ none. Plain data: no torch, no Ray, no database.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .report import SweepReport
+from autotune.cache.records import TuningResult
+
+
+# What this module reads of a sweep's report (report.py's SweepReport and Outcome), written here,
+# beneath the report that states its cost, so that neither imports the other.
+class _Outcome(Protocol):
+    @property
+    def model(self) -> str | None: ...
+
+    @property
+    def result(self) -> TuningResult | None: ...
+
+
+class SweepReport(Protocol):
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def outcomes(self) -> Sequence[_Outcome]: ...
 
 MISSES = "(logged misses)"
 
