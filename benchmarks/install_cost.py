@@ -162,6 +162,9 @@ def _child(args: argparse.Namespace) -> None:
         compiled(*inputs)
     result["first_call_s"], result["first_call_cpu_s"] = time.perf_counter() - step, time.process_time() - cpu
     result["modules_in_call"] = len(sys.modules) - modules
+    # What the warm start imports that the floor does not: the store's and the signatures' libraries.
+    result["modules_by_package"] = {package: sum(1 for name in list(sys.modules) if name.split(".")[0] == package)
+                                    for package in ("sqlalchemy", "cryptography", "autotune")}
     result["total_s"] = time.perf_counter() - began
     if handle is not None:
         _end_profile(profile, args.profile)
@@ -294,9 +297,14 @@ def render(run: dict[str, Any]) -> list[str]:
         for scenario, m in entry["medians"].items():
             counted = [f"{name} {fmt(c['calls'], '.0f')}× {fmt(c['s'], '.3f')}" for name in COUNTED
                        if (c := m.get(name))]
-            rows.append([scenario, len(entry["samples"][scenario]), *(fmt(m.get(k), ".2f") for k in STEPS),
+            rows.append([scenario, len(entry["samples"][scenario]),
+                         *(fmt(m.get(k), ".0f" if k.startswith("modules") else ".2f") for k in STEPS),
                          "; ".join(counted) or "-"])
         lines += harness.table(["scenario", "n", *(k.removesuffix("_s") for k in STEPS), "inside (calls, s)"], rows)
+        imported = [f"{scenario} {s['modules_by_package']}" for scenario, runs in entry["samples"].items()
+                    for s in runs[:1] if s.get("modules_by_package")]
+        if imported:
+            lines += ["", "Modules imported by the first result, by package: " + "; ".join(imported)]
         stats = [s.get("stats") for runs in entry["samples"].values() for s in runs if s.get("stats")]
         if stats:
             lines += ["", "Hook stats of the warm samples: " + "; ".join(

@@ -11,6 +11,7 @@ import shutil
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,9 +27,10 @@ from autotune.cache import (
     Store,
 )
 from autotune.cache.jsonl import artifact_to_json
-from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_DYNAMO, ARTIFACT_FX_GRAPH
+from autotune.cache.records import ARTIFACT_CPP_KERNEL, ARTIFACT_DYNAMO, ARTIFACT_FX_GRAPH, TuningResult, utcnow
 from autotune.cache.schema import MIGRATIONS_DIR, head_revision
 from autotune.cache.signing import OK, Signer, generate, load_trusted
+from autotune.cache.store._rows import candidate_values, env_values, result_values
 from autotune.cli import main
 
 EVERY_BYTE = bytes(range(256)) * 17
@@ -353,10 +355,33 @@ def migrations_0001(tmp_path: Path) -> Path:
     return target
 
 
+def _put_as_the_schema_has_it(url: str, result: TuningResult) -> None:
+    """Store a result as the autotune of an older schema did: only the columns its tables have
+    (today's store writes today's columns, which a 0001 database lacks)."""
+    engine = sa.create_engine(url)
+    tables = sa.MetaData()
+    tables.reflect(engine, only=["environments", "requests", "candidates"])
+
+    def only(table: str, values: dict[str, Any]) -> dict[str, Any]:
+        return {name: value for name, value in values.items() if name in tables.tables[table].c}
+
+    try:
+        with engine.begin() as conn:
+            env_id = conn.execute(tables.tables["environments"].insert().values(
+                **only("environments", env_values(result.env)))).inserted_primary_key[0]
+            request_id = conn.execute(tables.tables["requests"].insert().values(
+                **only("requests", result_values(result, env_id, utcnow())))).inserted_primary_key[0]
+            conn.execute(tables.tables["candidates"].insert(),
+                         [only("candidates", candidate_values(c, i, request_id)) for i, c in enumerate(result.candidates)])
+    finally:
+        engine.dispose()
+
+
 def test_a_0001_database_must_be_upgraded_and_keeps_its_data(store_url: str, migrations_0001: Path) -> None:
     with Store(store_url, migrations_dir=migrations_0001) as old:
-        old.put_result(make_result())
+        old.connect()  # creates the 0001 tables
         assert old.current_revision() == "0001"
+    _put_as_the_schema_has_it(store_url, make_result())
     for store in (Store(store_url), Store(store_url, read_only=True)):
         with pytest.raises(SchemaOutdated, match="at schema revision 0001 .*run `autotune cache upgrade`"):
             store.get_artifact(ARTIFACT_FX_GRAPH, "k")

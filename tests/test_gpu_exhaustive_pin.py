@@ -35,6 +35,10 @@ class _Offered:
         return {c: (0.0 if c is aten else 1.0) for c in choices}
 
 
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a @ b
+
+
 def _offered(search_space: str, allow: Callable[[pinning.Pin], bool | pinning.Pin] | None = None) -> _Offered:
     from torch._inductor import config
     from torch._inductor.utils import fresh_cache
@@ -44,7 +48,7 @@ def _offered(search_space: str, allow: Callable[[pinning.Pin], bool | pinning.Pi
     b = torch.randn(768, 1024, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
     with fresh_cache(), config.patch(max_autotune_gemm_search_space=search_space), installed(policy):  # type: ignore[arg-type]
-        torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")(a, b)
+        torch.compile(_matmul, mode="max-autotune-no-cudagraphs")(a, b)
     torch._dynamo.reset()
     return policy
 

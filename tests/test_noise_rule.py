@@ -1,5 +1,5 @@
 """The noise rule (workers/noise.py): a winner other than ATen only when it clearly beats
-ATen and the runner-up. Pure functions: no database, device or Ray."""
+ATen; of equals, the same one every time. Pure functions: no database, device or Ray."""
 
 from __future__ import annotations
 
@@ -33,11 +33,19 @@ def test_a_winner_within_the_noise_of_aten_is_stored_as_aten() -> None:
     assert decision.noise == 0.2
 
 
-def test_a_winner_within_the_noise_of_the_runner_up_is_stored_as_aten() -> None:
-    # Both templates clearly beat ATen, but not each other: repeated sweeps would pick either.
-    rows = [Timed("aten", True, 2.0, 0.01), Timed("a", False, 1.0, 0.05), Timed("b", False, 1.02, 0.05)]
+def test_equals_that_clearly_beat_aten_store_the_same_one_whichever_timed_luckier() -> None:
+    # Both templates clearly beat ATen, but not each other: every sweep stores the same one.
+    luck_a = [Timed("aten", True, 2.0, 0.01), Timed("b", False, 1.0, 0.05), Timed("a", False, 1.02, 0.05)]
+    luck_b = [Timed("aten", True, 2.0, 0.01), Timed("b", False, 1.02, 0.05), Timed("a", False, 1.0, 0.05)]
+    decisions = [choose(rows) for rows in (luck_a, luck_b)]
+    assert [(d.winner, d.fallback_reason) for d in decisions if d is not None] == [("a", None), ("a", None)]
+
+
+def test_an_equal_that_does_not_clearly_beat_aten_is_not_stored() -> None:
+    # "a" sorts first, but its rounds disagree too much to beat ATen: the fastest, a clear win, is kept.
+    rows = [Timed("aten", True, 1.0, 0.01), Timed("b", False, 0.80, 0.1), Timed("a", False, 0.85, 0.2)]
     decision = choose(rows)
-    assert decision is not None and (decision.winner, decision.fallback_reason) == ("aten", FALLBACK_WITHIN_NOISE)
+    assert decision is not None and (decision.winner, decision.fallback_reason) == ("b", None)
 
 
 def test_the_floor_holds_where_the_rounds_agree_by_chance() -> None:

@@ -109,3 +109,14 @@ def test_cache_ls_shows_the_noise_and_the_aten_fallback() -> None:
     summary = result_summary(1, noisy)
     assert summary["fallback_reason"] == FALLBACK_WITHIN_NOISE and summary["winner_spread"] == noisy.winner_spread
     assert summary["search"] == SEARCH_DEFAULT
+
+
+def test_a_job_is_served_the_stored_aten_not_the_candidate_that_timed_faster() -> None:
+    """The hook hands Inductor the stored timings and Inductor takes the fastest: ATen stored
+    for the noise must come out fastest, the others' times as they were otherwise."""
+    noisy = _noisy(make_result(times=[1.0, None, 0.5, 0.9]))
+    served = noisy.timings()
+    assert min(served, key=served.__getitem__) == noisy.winner_hash
+    assert math.isinf(served[noisy.candidates[1].choice_hash])
+    plain = make_result(times=[1.0, None, 0.5, 0.9])
+    assert plain.timings() == {c.choice_hash: c.time_ms if c.ok else math.inf for c in plain.candidates}

@@ -7,11 +7,14 @@ that median. On a busy host the rounds disagree widely, and the fastest-looking 
 is often only the luckiest one: stored, it would serve every job of the team a kernel that
 may well be slower than ATen.
 
-So a candidate other than ATen wins only when its median beats ATen's and the runner-up's
-by more than the noise of the two timings compared (the larger spread, and never less than
-``NOISE_FLOOR``), and that noise is below ``MAX_SPREAD``. Otherwise ATen is stored, with the reason ``within_noise``: do no harm.
-Beating the runner-up too keeps repeated sweeps from storing whichever of two equals was
-luckier.
+So a candidate other than ATen wins only when its median beats ATen's by more than the
+noise of the two timings compared (the larger spread, and never less than ``NOISE_FLOOR``),
+and that noise is below ``MAX_SPREAD``. Otherwise ATen is stored, with the reason
+``within_noise``: do no harm. Where the runner-up is within the noise of the fastest, which
+of the two equals timed luckier is chance: of the equals that beat ATen as clearly, the one
+with the smallest choice hash is stored, so repeated sweeps store the same kernel and keep
+the win over ATen (storing ATen there would throw away a clear win, and an exhaustive search
+finds many such equals).
 
 A busy CPU host (other processes' threads ready to run on every core while the candidates are
 timed) stalls the timing threads for whole scheduler slices: every candidate then measures
@@ -89,10 +92,15 @@ def choose(rows: Sequence[Timed], floor: float = NOISE_FLOOR) -> Decision | None
     if aten is None or fastest.aten:  # nothing to fall back to, or ATen won outright
         rival = timed[1] if len(timed) > 1 else None
         return Decision(fastest.choice, None, _noise(fastest, rival, floor))
-    rivals = [aten, timed[1]]
-    if all(_clearly_faster(fastest, rival, floor) for rival in rivals):
-        return Decision(fastest.choice, None, max(_noise(fastest, r, floor) for r in rivals))
-    return Decision(aten.choice, FALLBACK_WITHIN_NOISE, max(_noise(fastest, r, floor) for r in rivals))
+    noise = max(_noise(fastest, r, floor) for r in (aten, timed[1]))
+    if not _clearly_faster(fastest, aten, floor):
+        return Decision(aten.choice, FALLBACK_WITHIN_NOISE, noise)
+    # The fastest's equals (within the noise of it) that beat ATen as clearly: which of them
+    # timed luckiest is chance, so the same one of them is stored every time (the smallest
+    # choice hash), and a clear win over ATen is kept.
+    equals = [r for r in timed if not r.aten and not _clearly_faster(fastest, r, floor)
+              and _clearly_faster(r, aten, floor)]
+    return Decision(min(equals, key=lambda r: r.choice).choice, None, noise)
 
 
 def choose_busy(rows: Sequence[Timed], busy: bool) -> Decision | None:

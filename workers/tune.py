@@ -2,13 +2,15 @@
 
 The recorded request is rebuilt as a one-op graph and compiled with the same
 mode and config in fresh Inductor state. Inductor itself builds and benchmarks
-the candidates (the same ones max-autotune would); the tune policy keeps every
-timing. The reproduced key and candidate set are compared with the recorded
-ones, and the winner's output is checked against ATen in float32. A winner with
-wrong numbers is recorded as such and the next best is tried. When ATen wins, the
-fastest Triton config is checked too: the sweep's end-to-end pass may choose it in
-the graph (autotune/job/in_graph.py), and nothing unchecked is ever served. The compile
-that timed the candidates runs it in ATen's place (ATen's own numbers come from the
+the candidates (the same ones max-autotune would), in several rounds; the tune
+policy keeps every timing with its spread, and the noise rule (workers/noise.py)
+stores ATen unless another candidate clearly beats it. The reproduced key and
+candidate set are compared with the recorded ones, and the winner's output is
+checked against ATen in float32. A winner with wrong numbers is recorded as such
+and the next best is tried. When ATen is stored, the fastest Triton config is
+checked too: the sweep's end-to-end pass may choose it in the graph
+(autotune/job/in_graph.py), and nothing unchecked is ever served. The compile that
+timed the candidates runs it in ATen's place (ATen's own numbers come from the
 op in eager mode), so no second compile is needed for it.
 """
 
@@ -117,12 +119,27 @@ class TunePolicy:
         self.seen[key] = request
         if benchmark is None:
             return {}  # the precompile check: let Inductor compile the candidates in parallel
-        # Kernel-bound: what a job's graph pays, not this process's launches; in turn with the
-        # other children timing on this GPU.
-        # Several rounds, each timing every candidate once, so a change of load hits them alike.
+        medians = self._timed_in_rounds(key, choices, benchmark)
+        barred = self.excluded | set(self.unrunnable)
+        allowed = {c: (math.inf if choice_hash(c) in barred else t) for c, t in medians.items()}
+        aten = _aten_choice(allowed, self.noise[key], self.busy(key))
+        stand_in = _stand_in(allowed) if aten is not None else None
+        if stand_in is not None:
+            self.stand_ins[key] = choice_hash(stand_in)
+            return {c: (0.0 if c is stand_in else math.inf) for c in allowed}
+        # ATen stored over a faster-looking candidate (within the noise): the graph runs ATen.
+        return {**allowed, aten: 0.0} if aten is not None else allowed
+
+
+    def _timed_in_rounds(self, key: str, choices: list[Any], benchmark: Benchmark) -> dict[Any, float]:
+        """Each choice's median over ``TIMING_ROUNDS`` rounds of Inductor's benchmark, each round
+        timing every choice once, so a change of load hits them alike; the spreads go to
+        ``noise``, the host's load to ``loads``."""
         rounds: dict[Any, list[float]] = {}
         loads = []
         for _ in range(TIMING_ROUNDS):
+            # Kernel-bound: what a job's graph pays, not this process's launches; in turn with the
+            # other children timing on this GPU.
             with gpu_timing_turn(self.device), kernel_bound_timing(self.device):
                 timings = benchmark(choices)
             loads.append(others_running_per_core())
@@ -130,21 +147,14 @@ class TunePolicy:
                 rounds.setdefault(choice, []).append(float(ms))
         known = [load for load in loads if load is not None]
         self.loads[key] = statistics.median(known) if known else None
-        bucket = self.times.setdefault(key, {})
-        noise = self.noise.setdefault(key, {})
+        bucket, noise = self.times.setdefault(key, {}), self.noise.setdefault(key, {})
+        medians = {}
         for choice, times in rounds.items():
             median, spread, repeats = summarize(times)
             bucket[choice_hash(choice)] = (choice, median)
             noise[choice_hash(choice)] = (spread, repeats)
-        barred = self.excluded | set(self.unrunnable)
-        allowed = {c: (math.inf if choice_hash(c) in barred else bucket[choice_hash(c)][1]) for c in rounds}
-        aten = _aten_choice(allowed, noise, self.busy(key))
-        stand_in = _stand_in(allowed) if aten is not None else None
-        if stand_in is not None:
-            self.stand_ins[key] = choice_hash(stand_in)
-            return {c: (0.0 if c is stand_in else math.inf) for c in allowed}
-        # ATen stored over a faster-looking candidate (within the noise): the graph runs ATen.
-        return {**allowed, aten: 0.0} if aten is not None else allowed
+            medians[choice] = median
+        return medians
 
 
 def _aten_choice(timings: dict[Any, float], noise: dict[str, tuple[float | None, int]], busy: bool) -> Any | None:
