@@ -109,7 +109,8 @@ def section(data: dict[str, Any], labels: list[str] | None = None, results_name:
     first = chosen[0]
     busy = first.get("busy_seconds", 5)
     per = "/".join(map(str, sorted(samples))) or "-"
-    commands = "; ".join(f"`{r.get('command')}`" for r in chosen)
+    # A run's note is printed with it in the results; the headline names the command alone.
+    commands = "; ".join(f"`{str(r.get('command')).split(' --note ')[0]}`" for r in chosen)
     lines = [
         START,
         "What a user waits for: a script in the user's order (the model's libraries imported at the",

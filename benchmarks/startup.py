@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import pstats
@@ -45,7 +47,9 @@ import tempfile
 import threading
 import time
 from argparse import Namespace
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -302,7 +306,10 @@ def missing_library(name: str) -> str | None:
     return f"{name}: skipped, {', '.join(absent)} is not installed" if absent else None
 
 
-def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure_model(name: str, args: argparse.Namespace,
+                  save: Callable[[dict[str, Any]], None] = lambda entry: None) -> dict[str, Any]:
+    """Sweep ``name``, then time its cells; ``save`` gets the entry after every process, so a
+    command cut short keeps the processes it finished."""
     from benchmarks import compile_time
 
     model = MODELS[name]
@@ -330,12 +337,55 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 processes.setdefault(scenario, []).append(result)
                 log.info("%s: %s, process %d: %s %s", name, scenario, repeat + 1, result.get("status"),
                          result.get("error") or fmt(result.get("whole_process_s")))
-        entry["scenarios"] = {scenario: summarise(results) for scenario, results in processes.items()}
-        entry["vs_floor"] = vs_floor(entry["scenarios"])
+                _summarise_cells(entry, processes)
+                save(entry)
     finally:
         if not args.keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return entry
+
+
+def _summarise_cells(entry: dict[str, Any], processes: dict[str, list[dict[str, Any]]]) -> None:
+    entry["scenarios"] = {scenario: summarise(results) for scenario, results in processes.items()}
+    entry["vs_floor"] = vs_floor(entry["scenarios"])
+
+
+def from_logs(name: str, log_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model's entry and the machine it ran on, rebuilt from a run's children's logs
+    (``--log-dir``): for a command cut short before it saved, every process it finished."""
+    model = MODELS[name]
+    entry: dict[str, Any] = {"path": model.path, "title": model.title, "libraries": list(model.libraries),
+                             "scenarios": {}, "rebuilt_from_logs": True}
+    sweep = _log_payload(log_dir / f"{name}-sweep.log", json_stdout=True)
+    env = (sweep or {}).get("environment") or {}
+    machine = {"gpu": env.get("device_name"), "torch": env.get("torch_version"), "triton": env.get("triton_version"),
+               "cuda": env.get("cuda_version")}
+    processes: dict[str, list[dict[str, Any]]] = {}
+    for scenario in (*TIMED, BASELINE):
+        logs = [p for p in log_dir.glob(f"{name}-{scenario}-*.log") if p.stem.rsplit("-", 1)[1].isdigit()
+                and p.stem.rsplit("-", 1)[0] == f"{name}-{scenario}"]
+        for log_path in sorted(logs, key=lambda p: int(p.stem.rsplit("-", 1)[1])):
+            result = _log_payload(log_path) or {"status": "error", "error": f"no result line in {log_path.name}"}
+            processes.setdefault(scenario, []).append({**result, "scenario": scenario})
+    busy = {r.get("busy_seconds") for results in processes.values() for r in results} - {None}
+    entry["busy_seconds"] = busy.pop() if len(busy) == 1 else None
+    _summarise_cells(entry, processes)
+    return entry, machine
+
+
+def _log_payload(path: Path, json_stdout: bool = False) -> dict[str, Any] | None:
+    """A child's result line (or, for the sweep, its JSON stdout) from its log file."""
+    if not path.exists():
+        return None
+    text = path.read_text(errors="replace")
+    stdout = text.split("--- stdout", 1)[-1].split("--- stderr", 1)[0]
+    if not json_stdout:
+        return harness.marker_payload(stdout)
+    try:
+        found = json.loads(stdout)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -436,11 +486,51 @@ def benchmark(args: argparse.Namespace) -> int:
             print(reason, file=sys.stderr)
             run["models"][name] = {"path": MODELS[name].path, "title": MODELS[name].title, "skipped": reason}
         else:
-            run["models"][name] = measure_model(name, args)
-        store.save()  # after every model: a cut command loses nothing
+            run["models"][name] = measure_model(name, args, functools.partial(_save_model, store, run, name))
+        store.save()
     print(store.path.with_suffix(".md").read_text())
     cells = [c for entry in run["models"].values() for c in (entry.get("scenarios") or {}).values()]
     return 0 if cells and all(c.get("failed") == 0 for c in cells) else 1
+
+
+def _save_model(store: harness.Results, run: dict[str, Any], name: str, entry: dict[str, Any]) -> None:
+    run["models"][name] = entry
+    store.save()  # after every process: a cut command loses nothing it finished
+
+
+def rebuild(args: argparse.Namespace) -> int:
+    """``--from-logs DIR``: the run of a command cut short, from its children's logs, measured
+    on the code this tree holds (run it at the commit the device ran)."""
+    names = [name.strip() for name in (args.models or "").split(",") if name.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if not names or unknown:
+        raise SystemExit(f"--from-logs needs --models, of {', '.join(MODELS)}")
+    store = results(Path(args.out))
+    models, machines = {}, []
+    for name in names:
+        models[name], found = from_logs(name, Path(args.from_logs))
+        machines.append(found)
+    if any(m != machines[0] for m in machines):
+        raise SystemExit("--from-logs: the models' logs name different machines")
+    label = args.label or f"{harness.slug(machines[0].get('gpu') or 'cpu')}: {','.join(names)}"
+    run = store.run(label, machines[0], "python -m benchmarks.startup " + " ".join(args.argv))
+    _date_and_code_of_the_logs(store, run, Path(args.from_logs))
+    samples = {cell.get("samples") for entry in models.values() for cell in entry["scenarios"].values()}
+    run.update(processes=max(samples - {None}, default=0), busy_seconds=args.busy_seconds, models=models,
+               note=args.note or "rebuilt from the children's logs of a command cut short (--from-logs)")
+    store.save()
+    print(store.path.with_suffix(".md").read_text())
+    return 0
+
+
+def _date_and_code_of_the_logs(store: harness.Results, run: dict[str, Any], log_dir: Path) -> None:
+    """The run's date is its newest log's; its code is the stamp the device's copy carried
+    (``benchmarks/code_stamp.json``, written by ``harness stamp`` before the copy), not this tree's."""
+    newest = max(p.stat().st_mtime for p in log_dir.glob("*.log"))
+    run["date"] = datetime.fromtimestamp(newest, timezone.utc).isoformat(timespec="seconds")
+    if harness.STAMP.exists():
+        run["commit"] = json.loads(harness.STAMP.read_text())["commit"]
+        store.codes = [(r, c) for r, c in store.codes if r is not run]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -460,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "scenario takes turns with this code's, labelled baseline")
     parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
+    parser.add_argument("--from-logs", default=None, metavar="DIR",
+                        help="run nothing: rebuild a cut command's run of --models from its --log-dir")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
@@ -484,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     harness.log_to_stderr(args.verbose)
     if args.busy_seconds < 0 or args.timeout <= 0 or args.processes < 1:
         raise SystemExit("--busy-seconds must be 0 or more, --timeout and --processes positive")
+    if args.from_logs:
+        return rebuild(args)
     if args.baseline:  # checked once, before any sweep: a wrong folder fails at once
         args.baseline = baseline_folder(args.baseline)
     return benchmark(args)

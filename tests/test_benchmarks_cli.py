@@ -189,6 +189,29 @@ def test_startup_help_cells_ratios_and_table(tmp_path: Path) -> None:
         startup.main(["--processes", "0"])
 
 
+def test_startup_rebuilds_a_cut_commands_run_from_its_childrens_logs(tmp_path: Path) -> None:
+    from benchmarks import startup
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env = {"device_name": "NVIDIA H100 80GB HBM3", "torch_version": "2.11.0+cu130", "triton_version": "3.6.0",
+           "cuda_version": "13.0"}
+    (logs / "mlp-sweep.log").write_text(f"$ sweep\n--- stdout\n{json.dumps({'environment': env})}\n--- stderr\n")
+    finished = {"floor": [9.0, 8.0], "default": [12.0], "warm-start": [7.0, 6.0]}  # cut during default's 2nd
+    for scenario, times in finished.items():
+        for repeat, whole in enumerate(times):
+            line = json.dumps({"status": "ok", "whole_process_s": whole, "first_call_s": 1.0, "busy_seconds": 5.0})
+            (logs / f"mlp-{scenario}-{repeat}.log").write_text(f"--- stdout\nRESULT {line}\n--- stderr\n")
+    (logs / "mlp-floor-save-0.log").write_text("--- stdout\nRESULT {\"status\": \"ok\"}\n")  # not a floor process
+    entry, machine = startup.from_logs("mlp", logs)
+    assert machine == {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0"}
+    cells = entry["scenarios"]
+    assert {name: cell["samples"] for name, cell in cells.items()} == {"floor": 2, "default": 1, "warm-start": 2}
+    assert cells["warm-start"]["whole_process_s"] == {"median": 6.5, "min": 6.0, "max": 7.0}
+    assert entry["vs_floor"]["warm-start"]["whole_process_s"] == pytest.approx(6.5 / 8.5)
+    assert entry["busy_seconds"] == 5.0 and entry["rebuilt_from_logs"] is True
+
+
 def test_startup_skips_a_model_whose_library_is_missing_and_busies_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import startup
 
