@@ -99,6 +99,9 @@ class Settings:
     # Sweeps with search="exhaustive": seconds of benchmarking one request may spend; once over,
     # the rest of its candidates are left untimed and the best so far wins (None: no budget).
     budget_s: float | None = None
+    # Sweeps on a quiet host: time again the cached results that were timed on a busy one
+    # (workers/retime.py), the tighter result replacing the noisy.
+    retime_busy: bool = True
     # Seconds one request may take on a worker before it is killed and recorded as failed.
     request_timeout: float = 600.0
     # Sweeps sharing a database lease each request; a lease not renewed for this long

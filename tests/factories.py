@@ -156,8 +156,8 @@ def in_process_sweep(model: str, folder: Path) -> dict[str, Any]:
     worker tunes it, and store the results in a SQLite cache in ``folder``."""
     from autotune.cache import Store
     from autotune.inductor_glue.capture import capture_file
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     captured = capture_file(model)
     results = [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,

@@ -42,8 +42,8 @@ def example(batch_size=None):
 def test_a_mixer_token_gemm_with_a_floordiv_size_is_tuned(tmp_path: Path) -> None:
     from autotune.inductor_glue.capture import capture_model
     from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     (tmp_path / "mixer.py").write_text(MIXER)
     model = load_model_file(str(tmp_path / "mixer.py"))

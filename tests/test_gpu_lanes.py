@@ -53,8 +53,8 @@ def test_an_aten_win_has_its_fastest_template_checked_in_the_same_compile(tmp_pa
     an ATen winner's fastest Triton config must come back checked, with its error."""
     from autotune.inductor_glue.capture import capture_model
     from autotune.inductor_glue.modelfile import load_model_file
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     model_file = tmp_path / "gemm.py"
     model_file.write_text(

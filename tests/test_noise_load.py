@@ -49,8 +49,8 @@ def _tuned_runs(tmp_path: Path) -> list[tuple[str, TuningResult]]:
     """The request tuned RUNS times beside the busy processes, each result in its own SQLite
     file as one sweep's; its capture (which a sweep reuses, autotune/capture_reuse.py) before."""
     from autotune.inductor_glue.capture import capture_file
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     captured = capture_file(TINY, "repeated")
     assert len(captured.requests) == 1

@@ -20,9 +20,9 @@ from autotune.cli import main
 from autotune.inductor_glue import pinning
 from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
+from autotune.workers.entry import tune_request
 from autotune.workers.jobs import TuneJob
 from autotune.workers.search import search_overrides
-from autotune.workers.tune import tune_request
 
 pytestmark = pytest.mark.xdist_group("exhaustive_sweep")
 

@@ -219,9 +219,9 @@ def _pin(visible_devices: str | None) -> bool:
 
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:
+    from .entry import tune_request
     from .faults import FAULT_KEY, inject_fault
     from .jobs import TuneJob
-    from .tune import tune_request
 
     if "warm" in message:
         pinned = _pin(message.get("visible_devices"))

@@ -352,17 +352,9 @@ def _match_threads(job: TuneJob) -> None:
         torch.set_num_threads(threads)
 
 
-def tune_request(job: TuneJob) -> TuningResult:
-    """Tune ``job.request`` here; failures come back as a result, never raised."""
-    from .search import searched, tune_searched
-
-    if searched(job):  # a sweep's --search other than the default (workers/search.py)
-        return tune_searched(job)
-    return tune_with(job, TunePolicy(device=job.device))
-
-
 def tune_with(job: TuneJob, policy: TunePolicy) -> TuningResult:
-    """``tune_request`` with ``policy`` timing the candidates."""
+    """Tune ``job.request`` here with ``policy`` timing the candidates; failures come back as
+    a result, never raised (workers/entry.py picks the policy)."""
     from autotune.inductor_glue.env import current_environment, pin_triton_toolchain
 
     started = time.perf_counter()

@@ -82,8 +82,9 @@ class SweepStrategy:
 
         env_key = env.key if env else ""
         if env is not None and env_key not in self.cached_keys:
-            self.cached_keys[env_key] = without_busy_timed(self.store, env,
-                                                           cached_keys(self.store, env, self.settings.search))
+            cached = cached_keys(self.store, env, self.settings.search)
+            self.cached_keys[env_key] = without_busy_timed(self.store, env, cached) if self.settings.retime_busy \
+                else cached
         return self.plan.add(request, env_key, self.cached_keys.get(env_key, set()))
 
     def miss_jobs(self, sweep_id: str) -> Listing[Any]:
