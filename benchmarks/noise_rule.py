@@ -52,7 +52,7 @@ def spinners(count: int) -> Iterator[None]:
 
 def tune_all(captured: Any) -> list[Any]:
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
+    from autotune.workers.entry import tune_request
 
     return [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,
                                  config_overrides=captured.config_overrides, device="cpu"))

@@ -52,8 +52,8 @@ def test_a_worker_tunes_each_fused_linear_under_its_own_key(entry: str, ops: lis
     another tensor (the zoo's MLP-Mixer asked for both under dynamic=True and missed them),
     a fused SiLU as Linear + SiLU (the zoo's Llama did), and so on; each tuned result
     carries the captured key and all its candidates."""
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     captured = capture_file(TINY, entry=entry, dynamic=True)
     assert [r.op for r in captured.requests] == ops

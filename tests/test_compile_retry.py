@@ -25,8 +25,8 @@ from autotune.cache import Store
 from autotune.cache.records import TuningResult
 from autotune.inductor_glue.capture import capture_model, fresh_inductor
 from autotune.inductor_glue.modelfile import load_model_file
+from autotune.workers.entry import tune_request
 from autotune.workers.jobs import TuneJob
-from autotune.workers.tune import tune_request
 from benchmarks import zoo
 
 

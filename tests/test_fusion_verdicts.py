@@ -142,7 +142,7 @@ def test_verdicts_go_to_the_store_and_a_later_process_reads_them(sqlite_url: str
     writer.save_decision("cpu", fusion.PREFIX, key, verdict, "fusion_verdicts_saved")
     writer.save_decision("cpu", padding.PREFIX, padding.decision_key("k"), {"pad": True, "key": "k"},
                          "pad_decisions_saved")
-    writer.flush(10.0)
+    writer.store.flush(10.0)
     assert (writer.stats.fusion_verdicts_saved, writer.stats.pad_decisions_saved) == (1, 1)
     writer.close()
     reader = ServePolicy(Settings(cache=sqlite_url))
@@ -152,7 +152,7 @@ def test_verdicts_go_to_the_store_and_a_later_process_reads_them(sqlite_url: str
     read_only = ServePolicy(Settings(cache=sqlite_url, read_only=True))
     read_only.save_decision("cpu", fusion.PREFIX, fusion.PREFIX + "def", {"fuse": False, "choice": None},
                             "fusion_verdicts_saved")
-    read_only.flush(10.0)
+    read_only.store.flush(10.0)
     assert read_only.stats.fusion_verdicts_saved == 0
     read_only.close()
 
@@ -407,7 +407,7 @@ def test_a_pair_recorded_pending_then_resolved_is_stored_once_as_resolved(sqlite
     book = _DecisionBook(writer, "cpu", fusion.PREFIX, "fusion_verdicts")
     book.record(key, {"fuse": False, "choice": None, "pending": True, "future": True, "resolved": False})
     book.record(key, {"fuse": True, "choice": "pin-b", "pending": True, "future": True})
-    writer.flush(10.0)
+    writer.store.flush(10.0)
     assert writer.stats.fusion_verdicts_saved == 1  # one decision
     writer.close()
     reader = ServePolicy(Settings(cache=sqlite_url))

@@ -102,8 +102,8 @@ def test_a_sliced_sequence_is_reproduced_from_its_expression(tmp_path: Path) -> 
     worker rebuilds it from s77 and s27 and tunes it under the model's key (it was a
     key_mismatch, a documented limit, before)."""
     from autotune.inductor_glue.capture import capture_file
+    from autotune.workers.entry import tune_request
     from autotune.workers.jobs import TuneJob
-    from autotune.workers.tune import tune_request
 
     path = tmp_path / "sliced.py"
     path.write_text(_SLICED)
