@@ -51,8 +51,8 @@ def spinners(count: int) -> Iterator[None]:
 
 
 def tune_all(captured: Any) -> list[Any]:
-    from autotune.workers.jobs import TuneJob
     from autotune.workers.entry import tune_request
+    from autotune.workers.jobs import TuneJob
 
     return [tune_request(TuneJob(request=r, expected_env=captured.env, mode=captured.mode,
                                  config_overrides=captured.config_overrides, device="cpu"))
