@@ -202,9 +202,15 @@ class Seam:
 
         return undo
 
+    @property
+    def of_the_interpreter(self) -> bool:
+        """A CPython name: the standard library's, or the import system's frozen bootstrap."""
+        package = self.module.partition(".")[0]
+        return package in sys.stdlib_module_names or package == _BOOTSTRAP
+
     def _missing(self, detail: object) -> str:
         package = self.module.partition(".")[0]
-        if package in sys.stdlib_module_names or package == "_frozen_importlib":
+        if self.of_the_interpreter:
             return f"Python {sys.version.split()[0]} has no {self.path} ({detail})"
         try:
             version = importlib.import_module(package).__version__

@@ -337,7 +337,7 @@ def _release_here(seam: seams.Seam) -> str:
             return "triton " + ".".join(metadata.version("triton").split(".")[:2])
         except metadata.PackageNotFoundError:
             return "no triton"
-    if top in sys.stdlib_module_names or top == "_frozen_importlib":
+    if seam.of_the_interpreter:
         return f"Python {sys.version_info.major}.{sys.version_info.minor}"
     return "{}.{}".format(*seams._release(metadata.version("torch")))
 
