@@ -10,7 +10,6 @@ run (the same as ``NAME.md``), headed by the run's machine, versions, date, comm
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import re
@@ -20,6 +19,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "docs"))  # _generated, also where a test loads this file by its path
+
+from _generated import write_or_check  # noqa: E402  (after docs/ is on the path)
 
 from benchmarks import harness  # noqa: E402  (after the repository is on the path)
 
@@ -152,18 +154,7 @@ def make() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python docs/gen_results.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/results.md is out of date")
-    args = parser.parse_args(argv)
-    text = make()
-    if args.check:
-        if TARGET.read_text() != text:
-            print("docs/results.md is out of date: run python docs/gen_results.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
-    print(f"wrote {TARGET} ({len(text.encode())} bytes)")
-    return 0
+    return write_or_check(TARGET, make, __file__, __doc__ or "", argv)
 
 
 if __name__ == "__main__":

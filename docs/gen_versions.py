@@ -11,7 +11,6 @@ Run after a new matrix run; tests/test_doctor.py checks the page is in step with
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -22,6 +21,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "install_matrix.json"
 PAGE = REPO / "docs" / "versions.md"
+sys.path.insert(0, str(REPO / "docs"))  # _generated, also where a test loads this file by its path
+
+from _generated import write_or_check  # noqa: E402  (after docs/ is on the path)
 
 # Where each release runs and what CI does with it (the matrix adds what was run, and when).
 WHERE = {
@@ -205,17 +207,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/versions.md is out of date")
-    args = parser.parse_args(argv)
-    text = render(json.loads(RESULTS.read_text()))
-    if args.check:
-        if PAGE.read_text() != text:
-            print("docs/versions.md is out of date: python docs/gen_versions.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    return write_or_check(PAGE, lambda: render(json.loads(RESULTS.read_text())), __file__, __doc__ or "", argv)
 
 
 if __name__ == "__main__":
