@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import importlib
 import json
 import logging
@@ -107,7 +108,10 @@ def _tree(git_env: dict[str, str], work_tree: Path) -> str | None:
     """The hash of ``work_tree`` as git would commit it: tracked and untracked files that .gitignore keeps, less
     the stamp (which names this hash)."""
     env = {**git_env, "GIT_WORK_TREE": str(work_tree)}
-    if _git("add", "-A", ".", f":!{STAMP.relative_to(REPO)}", env=env, cwd=work_tree) is None:
+    # No ":!stamp" pathspec: git refuses a pathspec naming an ignored file, and .gitignore has the stamp.
+    if _git("add", "-A", ".", env=env, cwd=work_tree) is None:
+        return None
+    if _git("rm", "--cached", "-q", "--ignore-unmatch", str(STAMP.relative_to(REPO)), env=env, cwd=work_tree) is None:
         return None
     written = _git("write-tree", env=env, cwd=work_tree)
     return written.strip() if written else None
@@ -129,17 +133,80 @@ def code_of_checkout() -> Code | None:
     return Code(head.strip(), tree, diff)
 
 
+def blob_hash(data: bytes) -> str:
+    """A file's git blob hash, computed without git (a device image may have none)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def file_blob_hash(path: Path) -> str:
+    """The blob hash git stores for ``path``: a link's is its target's name, as git keeps links."""
+    return blob_hash(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+
+
+def _stamped_files() -> dict[str, str]:
+    """Every file git would commit here (tracked, and untracked that .gitignore keeps), less the
+    stamp, with its blob hash."""
+    listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard") or ""
+    stamp = str(STAMP.relative_to(REPO))
+    return {name: file_blob_hash(REPO / name)
+            for name in sorted(set(listed.split("\0"))) if name and name != stamp and (REPO / name).is_file()}
+
+
+def files_differing(root: Path, files: dict[str, str]) -> list[str]:
+    """The stamped files that are absent under ``root`` or hash otherwise."""
+    return [name for name, digest in files.items()
+            if not (root / name).is_file() or file_blob_hash(root / name) != digest]
+
+
 def code_of_copy() -> Code:
-    """A copy without .git: the stamp's code, where this copy's files hash to the stamp's tree."""
+    """A copy without .git: the stamp's code, where this copy's files hash to the stamp's tree
+    (with git) or to its files' blob hashes (without)."""
     if not STAMP.exists():
         return Code(None, note="no .git and no benchmarks/code_stamp.json (run `python -m benchmarks.harness stamp`)")
     stamp = json.loads(STAMP.read_text())
     with tempfile.TemporaryDirectory(prefix="bench_git_") as tmp:
         env = {"GIT_DIR": str(Path(tmp) / ".git")}
         tree = _tree(env, REPO) if _git("init", "-q", tmp, cwd=Path(tmp)) is not None else None
-    if tree != stamp["tree"]:
+    if tree is None and stamp.get("files"):
+        differing = files_differing(REPO, stamp["files"])
+        if differing:
+            return Code(None, note=f"{len(differing)} files differ from benchmarks/code_stamp.json's, "
+                                   f"{', '.join(differing[:3])} first")
+    elif tree != stamp["tree"]:
         return Code(None, note=f"the files differ from benchmarks/code_stamp.json's (tree {tree})")
     return Code(stamp["commit"], stamp["tree"] if stamp.get("diff") else None, stamp.get("diff", ""))
+
+
+def commit_files(commit: str) -> dict[str, str]:
+    """A commit's files with their blob hashes, as git stores them."""
+    listed = _git("ls-tree", "-r", "-z", commit) or ""
+    rows = (line.split("\t", 1) for line in listed.split("\0") if line)
+    return {name: meta.split()[2] for meta, name in rows if meta.split()[1] == "blob"}
+
+
+def attest(results: Path, archive: Path, stamp_path: Path) -> int:
+    """Name the commit of runs made from ``archive`` (a ``git archive`` of the stamp's commit that
+    travelled to a machine) whose copy could not name it then: the archive's files are checked
+    against the commit's here, by blob hash, and each such run says it was attested."""
+    stamp = json.loads(stamp_path.read_text())
+    expected = commit_files(stamp["commit"])
+    if not expected:
+        raise SystemExit(f"attest: commit {stamp['commit']} is not in this repository; fetch it first")
+    with tempfile.TemporaryDirectory(prefix="bench_attest_") as tmp:
+        shutil.unpack_archive(str(archive), tmp)
+        differing = files_differing(Path(tmp), expected)
+    if differing or stamp.get("diff"):
+        raise SystemExit(f"attest: {archive} is not commit {stamp['commit']}'s files "
+                         f"({len(differing)} differ); rerun on a copy made by `git archive`")
+    store = results_of(results)
+    named = [run for run in store.data["runs"] if run.get("commit") is None and run.get("code_note")]
+    for run in named:
+        run["commit"] = stamp["commit"]
+        run["code_note"] = (f"attested after the run: it ran from {archive.name}, whose files are this commit's "
+                            f"(checked by blob hash); at run time: {run['code_note']}")
+    store.save()
+    print(f"attested {len(named)} runs of {results} as {stamp['commit'][:12]}")
+    return 0
 
 
 def code() -> Code:
@@ -158,7 +225,8 @@ def write_stamp() -> Path:
     if found is None:
         raise SystemExit("stamp: not a git checkout; run it where .git is")
     tree = found.tree or (_git("rev-parse", "HEAD^{tree}") or "").strip()
-    STAMP.write_text(json.dumps({"commit": found.commit, "tree": tree, "diff": found.diff}) + "\n")
+    STAMP.write_text(json.dumps({"commit": found.commit, "tree": tree, "diff": found.diff,
+                                 "files": _stamped_files()}) + "\n")
     return STAMP
 
 
@@ -455,10 +523,11 @@ def _carry_diff(entry: dict[str, Any], source: Path, target: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.harness")
-    parser.add_argument("command", choices=("info", "stamp", "merge", "render"),
+    parser.add_argument("command", choices=("info", "stamp", "merge", "render", "attest"),
                         help="info: this machine's versions; stamp: write benchmarks/code_stamp.json, the code "
                         "that a copy of this tree without .git will record; merge FILE NEW...: the runs of NEW files replace "
-                        "those of the same label in FILE; render FILE...: make each FILE's Markdown again")
+                        "those of the same label in FILE; render FILE...: make each FILE's Markdown again; "
+                        "attest FILE ARCHIVE STAMP: name the commit of FILE's runs made from a `git archive` copy")
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args(argv)
     if args.command == "info":
@@ -467,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stamp":
         print(f"wrote {write_stamp()}")
         return 0
+    if args.command == "attest":
+        if len(args.files) != 3:
+            raise SystemExit("attest: give FILE ARCHIVE STAMP (the results, the archive that travelled, its stamp)")
+        return attest(*args.files)
     targets = args.files[:1] if args.command == "merge" else args.files
     for path in targets:
         if "runs" not in json.loads(Path(path).read_text()):

@@ -80,6 +80,14 @@ def times(value: Any) -> str:
     return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
 
 
+def _sweep_failure(entry: dict[str, Any]) -> str | None:
+    """Why the model's sweep, which its scenarios need, did not finish; None where it did."""
+    sweep = entry.get("sweep") or {}
+    if not sweep or sweep.get("status") == "ok":
+        return None
+    return f"its sweep did not finish: {(sweep.get('error') or sweep.get('status') or '').strip()[:80]}"
+
+
 def rows(chosen: list[dict[str, Any]]) -> tuple[list[list[str]], list[str], set[int]]:
     """One row per model measured, the models not measured (with why) and the samples per figure."""
     table, absent, samples = [], [], set()
@@ -87,7 +95,7 @@ def rows(chosen: list[dict[str, Any]]) -> tuple[list[list[str]], list[str], set[
         for name, entry in (run.get("models") or {}).items():
             cells = entry.get("scenarios") or {}
             if not all((cells.get(s) or {}).get("samples") for s in SCENARIOS):
-                absent.append(f"{name} ({entry.get('skipped') or 'a scenario has no good process'})")
+                absent.append(f"{name} ({entry.get('skipped') or _sweep_failure(entry) or 'a scenario has no good process'})")
                 continue
             samples |= {cells[s]["samples"] for s in SCENARIOS}
             warm = (entry.get("vs_floor") or {}).get("warm-start") or {}
@@ -129,14 +137,18 @@ def section(data: dict[str, Any], labels: list[str] | None = None, results_name:
         f"`benchmarks/results/{results_name}` ({commands}); every run, with its method, in",
         "[docs/results.md](docs/results.md).",
         "",
-        "| model | machine, torch, date | processes | whole: floor | whole: default | whole: warm start "
-        "| warm/floor | first call: floor | first call: default | first call: warm start | warm/floor |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *("| " + " | ".join(row) + " |" for row in table),
+        *table_lines(table, absent),
     ]
-    if absent:
-        lines += ["", f"Not measured in this run: {'; '.join(absent)}."]
     return "\n".join([*lines, END])
+
+
+def table_lines(table: list[list[str]], absent: list[str]) -> list[str]:
+    """The table of ``rows``' result, and the models it lacks (docs/results.md shows it too)."""
+    lines = ["| model | machine, torch, date | processes | whole: floor | whole: default | whole: warm start "
+             "| warm/floor | first call: floor | first call: default | first call: warm start | warm/floor |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+             *("| " + " | ".join(row) + " |" for row in table)]
+    return lines + (["", f"Not measured in this run: {'; '.join(absent)}."] if absent else [])
 
 
 def rewrite(readme: str, new: str) -> str:

@@ -1,7 +1,8 @@
 """Make docs/results.md from the committed results files: one current run per benchmark.
 
 Each section is one run of one results file (``benchmarks/results/NAME.json``): the newest run on a
-committed tree, unless ``CURRENT`` names another. Its table is the benchmark's own Markdown for that
+committed tree, unless ``CURRENT`` names another (for ``SPLIT_RUNS``, with every run of its commit and
+machine: one run split over device calls). Its table is the benchmark's own Markdown for that
 run (the same as ``NAME.md``), headed by the run's machine, versions, date, commit, samples and spread.
 
     python docs/gen_results.py           # write docs/results.md
@@ -23,7 +24,7 @@ sys.path.insert(0, str(REPO / "docs"))  # _generated, also where a test loads th
 
 from _generated import write_or_check  # noqa: E402  (after docs/ is on the path)
 
-from benchmarks import harness  # noqa: E402  (after the repository is on the path)
+from benchmarks import harness, headline  # noqa: E402  (after the repository is on the path)
 
 RESULTS = REPO / "benchmarks" / "results"
 TARGET = REPO / "docs" / "results.md"
@@ -37,10 +38,13 @@ PICTURES = {"compile_time": ("first_call.png", "First call per model on one GPU,
 # Where the newest run is not the one that answers the benchmark's question: the GPU zoo, not a CPU
 # latency re-run.
 CURRENT = {"conformance": "nvidia-h200, second samples"}
+# One run split over device calls (each call at most 10 minutes): the newest run with every run of its
+# commit and machine, shown as the README's headline table shows them.
+SPLIT_RUNS = {"startup"}
 SAMPLE_FLAGS = ("--processes", "--latency-processes", "--rounds", "--samples", "--runs", "--repeats")
 SPREAD_WORDS = re.compile(r"\b(spread|min-max|range|median|p50|p99|stdev)\b", re.IGNORECASE)
 BODY_LIMIT = 1000  # characters of a run's Markdown on this page, lowered until the page fits
-LIMITS = {"compile_time": 1500}  # its ratio table is the point
+LIMITS = {"compile_time": 1500, "startup": 3000}  # their tables are the point
 MAX_BYTES = 24 * 1024  # under the 25 KB the page may have, with room for a hand's edit
 # A label's lease numbers and commits: the commit has its own column, and lease numbers name nothing here.
 LABEL_HISTORY = re.compile(r"\s*\((?:runs? \d[^)]*|[^)]*\b[0-9a-f]{7,40}\b[^)]*)\)")
@@ -98,14 +102,23 @@ def machine(info: dict[str, Any]) -> str:
     return f"{gpu}{info.get('cpu') or '-'} ({info.get('cpu_count')} cores)"
 
 
-def header(name: str, run: dict[str, Any], body: list[str]) -> list[str]:
-    """One row: the run's machine, versions, date, commit, samples and where its spread is."""
-    info = run.get("machine") or run.get("device") or {}
+def header(name: str, runs: list[dict[str, Any]], body: list[str]) -> list[str]:
+    """A row per run: its machine, versions, date, commit, samples and where its spread is."""
     spread = "in the table" if SPREAD_WORDS.search("\n".join(body)) else f"not in the table; see `{name}.json`"
-    date = str(run.get("date"))[:16].replace("T", " ")
-    row = (LABEL_HISTORY.sub("", str(run.get("label"))), machine(info), versions(info), date,
-           run.get("commit") or "unrecorded", samples(run), spread)
-    return harness.table(("run", "machine", "versions", "date (UTC)", "commit", "samples", "spread"), [row])
+    rows = []
+    for run in runs:
+        info = run.get("machine") or run.get("device") or {}
+        date = str(run.get("date"))[:16].replace("T", " ")
+        rows.append((LABEL_HISTORY.sub("", str(run.get("label"))), machine(info), versions(info), date,
+                     run.get("commit") or "unrecorded", samples(run), spread))
+    return harness.table(("run", "machine", "versions", "date (UTC)", "commit", "samples", "spread"), rows)
+
+
+def split_body(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs of one split run as one table, a row per model (benchmarks.headline's)."""
+    table, absent, _ = headline.rows(runs)
+    return ["Each figure is the median of its processes, with the min-max in brackets.", "",
+            *headline.table_lines(table, absent)]
 
 
 def clip(name: str, body: list[str], scale: float) -> list[str]:
@@ -129,11 +142,12 @@ def section(name: str, scale: float) -> list[str]:
     runs = store.data["runs"]
     if not runs:
         return []
-    run = current_run(name, runs)
-    body = store.render(run)
-    others = {1: "", 2: f" 1 other run is in `{name}.md`."}.get(len(runs), f" {len(runs) - 1} other runs are in `{name}.md`.")
+    shown = headline.pick_runs(store.data, None) if name in SPLIT_RUNS else [current_run(name, runs)]
+    body = split_body(shown) if name in SPLIT_RUNS else store.render(shown[0])
+    left = len(runs) - len(shown)
+    others = {0: "", 1: f" 1 other run is in `{name}.md`."}.get(left, f" {left} other runs are in `{name}.md`.")
     lines = [f"## {TITLES.get(name, store.title)}", "", f"`{name}.json`. {describe(name)}{others}", ""]
-    lines += header(name, run, body) + [""]
+    lines += header(name, shown, body) + [""]
     if name in PICTURES:
         image, alt = PICTURES[name]
         lines += [f"![{alt}](images/{image})", ""]
