@@ -14,8 +14,12 @@ from autotune.inductor_glue.capture import capture_model
 from autotune.inductor_glue.modelfile import load_model_file
 from autotune.sweep.capture_lanes import CaptureSpec, Found, capture_side_by_side, prestart
 
+# One worker runs the module: two of its tests read one fixture's capture processes.
+pytestmark = pytest.mark.xdist_group("capture_lanes")
+
 MODELS = Path(__file__).parent / "models"
 MLP, BMM = str(MODELS / "tiny_mlp.py"), str(MODELS / "tiny_bmm.py")
+WRONG = str(MODELS / "wrong_return.py")
 KWARGS = {"batch_sizes": [None], "mode": "max-autotune", "inductor_config": {}, "train": False, "device": "cpu",
           "dynamic": False}
 
@@ -38,17 +42,28 @@ def test_two_models_captured_side_by_side_find_what_capture_in_turn_finds() -> N
     assert second[0] < first[1]  # the two processes overlapped in time
 
 
-def test_a_failed_capture_process_leaves_its_model_to_the_sweep_and_a_bad_model_is_its_one_line_error() -> None:
-    # The MLP's process fails for a reason of its own, not the model file's (here a keyword this
-    # capture does not take, as from a sweep of another version): the sweep captures it itself.
-    # The other model file cannot be built: that is bad input, its error one line.
-    wrong = str(MODELS / "wrong_return.py")
-    found = {f.model_path: f for f in capture_side_by_side(
-        [CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1}), CaptureSpec(wrong, "example", KWARGS)],
-        lanes=2)}
+@pytest.fixture(scope="module")
+def failed_then_replaced() -> list[Found]:
+    """One lane's ends for three specs, read by the two tests after it (each capture process
+    costs a torch import): the MLP's process fails for a reason of its own, not the model
+    file's (here a keyword this capture does not take, as from a sweep of another version);
+    the next model file cannot be built (bad input, in the fresh process that replaced the
+    dead one); the tiny BMM is captured after it in that same process."""
+    specs = [CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1}), CaptureSpec(WRONG, "example", KWARGS),
+             CaptureSpec(BMM, "example", KWARGS)]
+    found = [f for f in capture_side_by_side(specs, lanes=1) if f.done]
+    time.sleep(1.0)
+    assert _capture_children() == []
+    return found
+
+
+def test_a_failed_capture_process_leaves_its_model_to_the_sweep_and_a_bad_model_is_its_one_line_error(
+        failed_then_replaced: list[Found]) -> None:
+    # The MLP's process failed: the sweep captures it itself. The bad model file is its one-line error.
+    found = {f.model_path: f for f in failed_then_replaced}
     assert found[MLP] == Found(MLP, result=None, done=True)
-    assert found[wrong].done and found[wrong].result is None
-    assert "must return (module" in (found[wrong].bad_input or "")
+    assert found[WRONG].done and found[WRONG].result is None
+    assert "must return (module" in (found[WRONG].bad_input or "")
 
 
 def _capture_children() -> list[int]:
@@ -77,16 +92,17 @@ def test_a_stopped_capture_ends_its_processes_and_starts_no_more() -> None:
     assert _capture_children() == []
 
 
-def test_a_lane_started_early_captures_its_models_in_turn_and_one_that_died_is_replaced() -> None:
+def test_a_lane_started_early_captures_its_models_in_turn_and_one_that_died_is_replaced(
+        failed_then_replaced: list[Found]) -> None:
     # The lane's process, started before the specs were known, captures both of its models; a
     # spec whose capture crashes its process leaves the next to a fresh process.
     started = prestart(1, cuda=False)
     found = [f for f in capture_side_by_side([CaptureSpec(MLP, "example", KWARGS), CaptureSpec(BMM, "example", KWARGS)],
                                              lanes=1, started=started) if f.done]
     assert [f.result["pid"] for f in found if f.result] == [started[0].proc.pid] * 2, found
-    found = [f for f in capture_side_by_side([CaptureSpec(MLP, "example", {**KWARGS, "no_such_option": 1}),
-                                              CaptureSpec(BMM, "example", KWARGS)], lanes=1) if f.done]
-    assert [(f.model_path, f.result is not None) for f in found] == [(MLP, False), (BMM, True)]
+    # The MLP's spec crashed its process; the bad model file and the BMM after it went to a fresh one.
+    assert [(f.model_path, f.result is not None) for f in failed_then_replaced] == [(MLP, False), (WRONG, False),
+                                                                                   (BMM, True)]
     time.sleep(1.0)
     assert _capture_children() == []
 
