@@ -3,8 +3,10 @@
 Capture (capture_lanes.py), the plan (plan.py), the queue and its leases (queue.py), the tuning on
 Ray workers, the end-to-end pass (end_to_end.py, with its marks, readiness, resumption and remote
 lanes) and the report (report.py, view.py, log_file.py). What to tune is the strategy
-(strategy.py); how it runs, the runner (runner.py). It may import the job's wing (the end-to-end
-pass compiles as a job does); the job never imports it (tests/test_layout.py).
+(strategy.py); how it runs, the runner (runner.py), which wires its parts over one shared state
+(context.py): the planner (planning.py), the capture (capture_run.py), the tuning on Ray
+(tuning_run.py) and the end-to-end passes (pass_run.py). It may import the job's wing (the
+end-to-end pass compiles as a job does); the job never imports it (tests/test_layout.py).
 
 The names below are handed on lazily, so that importing one module of the wing (the report, the
 log file) does not import the runner's.
