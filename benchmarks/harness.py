@@ -219,6 +219,16 @@ def commit() -> str | None:
     return code().field()
 
 
+def write_commit_stamp(commit: str, target: Path) -> Path:
+    """The stamp of one commit's files (for its ``git archive``, whatever this checkout holds)."""
+    full = (_git("rev-parse", "--verify", f"{commit}^{{commit}}") or "").strip()
+    if not full:
+        raise SystemExit(f"stamp --commit {commit}: no such commit here")
+    tree = (_git("rev-parse", f"{full}^{{tree}}") or "").strip()
+    target.write_text(json.dumps({"commit": full, "tree": tree, "diff": "", "files": commit_files(full)}) + "\n")
+    return target
+
+
 def write_stamp() -> Path:
     """Stamp this checkout's code into the tree, for a copy without .git to name (``code_of_copy``)."""
     found = code_of_checkout()
@@ -529,12 +539,14 @@ def main(argv: list[str] | None = None) -> int:
                         "those of the same label in FILE; render FILE...: make each FILE's Markdown again; "
                         "attest FILE ARCHIVE STAMP: name the commit of FILE's runs made from a `git archive` copy")
     parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--commit", default=None, help="stamp: this commit's files (its git archive), not the checkout")
+    parser.add_argument("--to", type=Path, default=None, help="stamp --commit: where the stamp goes")
     args = parser.parse_args(argv)
     if args.command == "info":
         emit(_versions())
         return 0
     if args.command == "stamp":
-        print(f"wrote {write_stamp()}")
+        print(f"wrote {write_commit_stamp(args.commit, args.to or STAMP) if args.commit else write_stamp()}")
         return 0
     if args.command == "attest":
         if len(args.files) != 3:

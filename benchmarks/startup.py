@@ -321,7 +321,7 @@ def measure_model(name: str, args: argparse.Namespace,
     entry: dict[str, Any] = {"path": model.path, "title": model.title, "libraries": list(model.libraries),
                              "busy_seconds": args.busy_seconds, "scenarios": {}}
     try:
-        sweep_args = Namespace(timeout=args.timeout, batch_size=None, sweep_arg=None)
+        sweep_args = Namespace(timeout=args.sweep_timeout, batch_size=None, sweep_arg=None)
         entry["sweep"] = sweep = compile_time.run_sweep(model_run, sweep_args, log_dir / f"{name}-sweep.log"
                                                         if log_dir else None)
         if sweep.get("status") != "ok":
@@ -542,6 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--busy-seconds", type=float, default=5.0,
                         help="seconds of Python CPU work between the model's build and the compile (default 5)")
     harness.output_options(parser, "startup", "device and models", timeout=600.0)
+    parser.add_argument("--sweep-timeout", type=float, default=420.0, metavar="S",
+                        help="seconds for each model's sweep, which its scenarios need (default %(default)s)")
     parser.add_argument("--processes", type=int, default=3, metavar="N",
                         help="processes per timed scenario, taking turns (default 3)")
     parser.add_argument("--log-dir", default=None, help="write each child's output here")
@@ -574,8 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     harness.log_to_stderr(args.verbose)
-    if args.busy_seconds < 0 or args.timeout <= 0 or args.processes < 1:
-        raise SystemExit("--busy-seconds must be 0 or more, --timeout and --processes positive")
+    if args.busy_seconds < 0 or args.timeout <= 0 or args.sweep_timeout <= 0 or args.processes < 1:
+        raise SystemExit("--busy-seconds must be 0 or more, --timeout, --sweep-timeout and --processes positive")
     if args.from_logs:
         return rebuild(args)
     if args.baseline:  # checked once, before any sweep: a wrong folder fails at once
