@@ -185,7 +185,7 @@ def test_startup_help_cells_ratios_and_table(tmp_path: Path) -> None:
     store.save()
     table = (tmp_path / "startup.md").read_text()
     assert "| warm-start | 3 | 8.0 (7.0-9.0) | 2.0 (2.0-2.0) | 0.73 | 0.50 | 0 |" in table
-    with pytest.raises(SystemExit, match="--timeout and --processes positive"):
+    with pytest.raises(SystemExit, match="--sweep-timeout and --processes positive"):
         startup.main(["--processes", "0"])
 
 
