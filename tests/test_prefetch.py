@@ -25,8 +25,10 @@ from conftest import copy_sqlite
 from autotune.cache import Store
 from autotune.cache.records import Environment
 
-# It copies the session's signed sweep, as tests/test_hook.py does: one xdist worker makes it.
-pytestmark = pytest.mark.xdist_group("signed_hook")
+# Its own copy of the session's signed sweep, which is one per run whichever worker needs it
+# first (conftest): a group of its own, so that it and tests/test_hook.py (the suite's largest
+# group) can run on both workers rather than end to end on one.
+pytestmark = pytest.mark.xdist_group("signed_prefetch")
 
 TESTS = Path(__file__).parent
 HOLD = {"AUTOTUNE_FAULT_INJECT": "prefetch:hold", "AUTOTUNE_LOOKUP_TIMEOUT": "60"}
