@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import contended_writer
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -314,19 +315,13 @@ def test_bad_artifact_line_imports_nothing(store: Store, case: str) -> None:
 WRITERS = 6
 
 
-def _put_same_key(url: str, worker: int, barrier: object, results: object) -> None:
-    store = Store(url)
-    artifact = make_artifact(key="contended", payload=f"worker {worker}".encode() * 1000)
-    barrier.wait()  # type: ignore[attr-defined]
-    results.put((worker, store.put_artifact(artifact)))  # type: ignore[attr-defined]
-    store.close()
-
-
 def test_concurrent_writers_of_one_key_leave_one_row(store_url: str) -> None:
     # Nothing exists yet: the writers also race to create the database or schema.
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(WRITERS), ctx.Queue()
-    procs = [ctx.Process(target=_put_same_key, args=(store_url, w, barrier, results)) for w in range(WRITERS)]
+    # The writers' target lives in a small module of its own: each spawned writer imports it.
+    procs = [ctx.Process(target=contended_writer.put_same_key, args=(store_url, w, barrier, results))
+             for w in range(WRITERS)]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -337,8 +332,8 @@ def test_concurrent_writers_of_one_key_leave_one_row(store_url: str) -> None:
     assert len(winners) == 1
     with Store(store_url) as store:
         assert store.stats()["artifacts"] == 1
-        stored = store.get_artifact(ARTIFACT_FX_GRAPH, "contended")
-    assert stored is not None and stored.payload == f"worker {winners[0]}".encode() * 1000
+        stored = store.get_artifact(ARTIFACT_FX_GRAPH, contended_writer.KEY)
+    assert stored is not None and stored.payload == contended_writer.payload(winners[0])
 
 
 # ------------------------------------------------------------------ schema
