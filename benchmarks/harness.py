@@ -285,6 +285,9 @@ def child_env(cache_root: Path, cache_url: str | None = None, code: Path = REPO)
     # Compiled bytecode, as a normal install has it: where site-packages is read-only, every
     # process would otherwise compile ~1,400 torch modules (~5 s) inside its timings.
     env.setdefault("PYTHONPYCACHEPREFIX", str(PYCACHE))
+    # A shell with PYTHONDONTWRITEBYTECODE would make every child compile every module it imports
+    # afresh (seconds of CPU in each timing); the prefix is the benchmarks' own folder, so write.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if cache_url:
         env["AUTOTUNE_CACHE"] = cache_url
     return env
@@ -359,7 +362,6 @@ def tail(text: str) -> str:
 def warm_bytecode() -> None:
     """Compile the bytecode every timed process imports, once, before any is timed."""
     env = child_env(Path(tempfile.mkdtemp(prefix="bench_warm_")))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     code = f"import importlib\nfor name in {WARM_IMPORTS!r}:\n    try:\n        importlib.import_module(name)\n" \
            "    except Exception:\n        pass\n"  # one that is missing here skips only itself
     started = time.perf_counter()
