@@ -118,7 +118,7 @@ def section(data: dict[str, Any], labels: list[str] | None = None, results_name:
     busy = first.get("busy_seconds", 5)
     per = "/".join(map(str, sorted(samples))) or "-"
     # A run's note is printed with it in the results; the headline names the command alone.
-    commands = "; ".join(f"`{str(r.get('command')).split(' --note ')[0]}`" for r in chosen)
+    commands = made_by(chosen)
     lines = [
         START,
         "What a user waits for: a script in the user's order (the model's libraries imported at the",
@@ -140,6 +140,15 @@ def section(data: dict[str, Any], labels: list[str] | None = None, results_name:
         *table_lines(table, absent),
     ]
     return "\n".join([*lines, END])
+
+
+def made_by(chosen: list[dict[str, Any]]) -> str:
+    """The command, and for a run split over device calls each call's models (every command in full
+    is in the results)."""
+    if len(chosen) == 1:
+        return f"`{str(chosen[0].get('command')).split(' --note ')[0]}`"
+    models = "; ".join(f"`{','.join(run.get('models') or {})}`" for run in chosen)
+    return f"`python -m benchmarks.startup` in {len(chosen)} device calls, `--models` {models}"
 
 
 def table_lines(table: list[list[str]], absent: list[str]) -> list[str]:
