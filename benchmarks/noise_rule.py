@@ -32,6 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
+
 RESULTS = Path(__file__).parent / "results"
 GOAL_RATIO = 1.05
 
@@ -114,7 +116,7 @@ def judge(busy_runs: list[list[Any]], quiet: list[Any]) -> list[dict[str, Any]]:
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# noise_rule: {report['model']}, {report['sweeps']} busy sweeps, then a quiet re-time", "",
              f"{report['when']} on {report['host']} ({report['cores']} cores used, {report['spinners']} spinners); "
-             f"torch {report['torch']}", "",
+             f"torch {report['torch']}; code {report.get('commit') or 'unrecorded'}", "",
              "| request | stored by the rule (per sweep) | fell back | distinct non-ATen: rule / naive "
              "| worst quiet time / ATen: rule / naive |", "| --- | --- | --- | --- | --- |"]
     for row in report["requests"]:
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.inductor_glue.capture import capture_file
     from autotune.workers.noise import BUSY_LOAD
 
+    code = harness.code()  # the code measured, read from git before the run (its diff is kept below)
     captured = capture_file(args.model)
     busy_runs = []
     with tempfile.TemporaryDirectory() as folder, spinners(cores):
@@ -174,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "sweeps": args.sweeps, "cores": cores, "spinners": cores,
         "host": platform.node(), "cpu": platform.processor(), "torch": torch.__version__,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": code.field(), **({"code_note": code.note} if code.note else {}),
+        "command": "python -m benchmarks.noise_rule " + " ".join(argv if argv is not None else sys.argv[1:]),
         "summary": {
             "same_or_aten": all(r["rule_distinct_non_aten"] <= 1 for r in rows),
             "naive_same_or_aten": all(r["naive_distinct_non_aten"] <= 1 for r in rows),
@@ -187,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if code.diff and code.tree:  # uncommitted changes: the diff beside the results, as the harness keeps it
+        report["changes"] = {"tree": code.tree, "diff": f"{harness.DIFFS}/{code.tree}.diff"}
+        (args.out.parent / harness.DIFFS).mkdir(exist_ok=True)
+        (args.out.parent / report["changes"]["diff"]).write_text(code.diff)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
