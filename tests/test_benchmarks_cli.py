@@ -248,6 +248,19 @@ def test_headline_renders_one_runs_table_between_the_markers(tmp_path: Path) -> 
         headline.main(["--results", str(results), "--label", "older", "--label", "nvidia-h100: mlp", "--print"])
 
 
+def test_headline_names_a_split_runs_calls_by_their_models_and_why_a_sweep_left_a_model_out(tmp_path: Path) -> None:
+    from benchmarks import headline
+
+    cut = {**_startup_run(), "label": "nvidia-h100: lm_train", "date": "2026-12-07T13:00:00+00:00", "models": {
+        "lm_train": {"path": "examples/lm_train.py", "sweep": {"status": "timeout", "error": "timed out after 200 s"},
+                     "scenarios": {}}}}
+    results = tmp_path / "startup.json"
+    results.write_text(json.dumps({"benchmark": "startup", "runs": [_startup_run(), cut]}))
+    text = headline.section(json.loads(results.read_text()))
+    assert "`python -m benchmarks.startup` in 2 device calls, `--models` `mlp`; `lm_train`" in text
+    assert "Not measured in this run: lm_train (its sweep did not finish: timed out after 200 s)." in text
+
+
 def test_headline_help_works_without_importing_torch() -> None:
     assert "--print" in help_without_torch("benchmarks.headline", REPO)
 

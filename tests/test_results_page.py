@@ -40,3 +40,15 @@ def test_the_page_is_what_the_results_make() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert PAGE.read_text() == module.make(), "docs/results.md is out of date: run python docs/gen_results.py"
+
+
+def test_a_run_split_over_device_calls_shows_as_the_readmes_headline_table() -> None:
+    """The startup section holds every model of the headline's run, each call's row above it."""
+    from benchmarks import headline
+    from benchmarks.harness import load
+
+    chosen = headline.pick_runs(load(REPO / "benchmarks" / "results" / "startup.json"), None)
+    table, _, _ = headline.rows(chosen)
+    section = PAGE.read_text().split("## Startup", 1)[1].split("\n## ", 1)[0]
+    assert all("| " + " | ".join(row) + " |" in section for row in table)
+    assert all(f"| {run['label']} |" in section for run in chosen)
