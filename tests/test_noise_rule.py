@@ -16,6 +16,7 @@ from autotune.workers.noise import (
     choose_busy,
     choose_candidate,
     is_busy,
+    runs_first,
     summarize,
 )
 
@@ -39,6 +40,17 @@ def test_equals_that_clearly_beat_aten_store_the_same_one_whichever_timed_luckie
     luck_b = [Timed("aten", True, 2.0, 0.01), Timed("b", False, 1.02, 0.05), Timed("a", False, 1.0, 0.05)]
     decisions = [choose(rows) for rows in (luck_a, luck_b)]
     assert [(d.winner, d.fallback_reason) for d in decisions if d is not None] == [("a", None), ("a", None)]
+
+
+def test_the_graph_runs_the_equal_the_rule_stores_so_the_check_checks_it() -> None:
+    # "b" timed luckier, "a" is stored: the tuning compile must run "a" (Inductor runs the fastest
+    # time it is handed), or the numerical check after it checks a kernel that is never served.
+    rows = [Timed("aten", True, 2.0, 0.01), Timed("b", False, 1.0, 0.05), Timed("a", False, 1.02, 0.05)]
+    decision = choose_busy(rows, busy=False)
+    assert decision is not None and decision.winner == "a"
+    handed = runs_first({row.choice: row.median_ms for row in rows}, decision.winner)
+    assert min(handed, key=handed.__getitem__) == "a" and handed["b"] == 1.0 and handed["aten"] == 2.0
+    assert runs_first({"x": 1.0}, None) == {"x": 1.0}
 
 
 def test_an_equal_that_does_not_clearly_beat_aten_is_not_stored() -> None:

@@ -29,8 +29,11 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from autotune.cache.records import FALLBACK_BUSY_HOST, FALLBACK_WITHIN_NOISE, CandidateResult
+
+T = TypeVar("T")  # a choice: Inductor's object in the tuning compile, its hash in tests
 
 # Rounds of Inductor's benchmark per candidate: enough for a median and a spread.
 TIMING_ROUNDS = 3
@@ -101,6 +104,12 @@ def choose(rows: Sequence[Timed], floor: float = NOISE_FLOOR) -> Decision | None
     equals = [r for r in timed if not r.aten and not _clearly_faster(fastest, r, floor)
               and _clearly_faster(r, aten, floor)]
     return Decision(min(equals, key=lambda r: r.choice).choice, None, noise)
+
+
+def runs_first(timings: dict[T, float], chosen: T | None) -> dict[T, float]:
+    """``timings`` with ``chosen`` fastest: Inductor runs the fastest time it is handed, so the
+    tuning compile's graph, and the numerical check of its output, get the choice the rule stores."""
+    return {**timings, chosen: 0.0} if chosen is not None else timings
 
 
 def choose_busy(rows: Sequence[Timed], busy: bool) -> Decision | None:

@@ -52,7 +52,7 @@ from autotune.inductor_glue.pinning import fastest_template
 from autotune.inductor_glue.timing import kernel_bound_timing, others_running_per_core
 
 from .jobs import TuneJob
-from .noise import TIMING_ROUNDS, Timed, choose_busy, choose_candidate, is_busy, summarize
+from .noise import TIMING_ROUNDS, Timed, choose_busy, choose_candidate, is_busy, runs_first, summarize
 from .reproduce import UnsupportedRequest, graph_config, one_op_graph, tolerance
 from .symbolic import symbol_numbers
 
@@ -104,6 +104,8 @@ class TunePolicy:
     noise: dict[str, dict[str, tuple[float | None, int]]] = field(default_factory=dict)
     # Request key -> other processes' ready threads per core while it was timed (None: unknown).
     loads: dict[str, float | None] = field(default_factory=dict)
+    # Request key -> the choice hash the rule stores, which the graph ran (unless a stand-in did).
+    stored: dict[str, str] = field(default_factory=dict)
 
     def busy(self, key: str) -> bool:
         return is_busy(self.device, self.loads.get(key))
@@ -122,13 +124,17 @@ class TunePolicy:
         medians = self._timed_in_rounds(key, choices, benchmark)
         barred = self.excluded | set(self.unrunnable)
         allowed = {c: (math.inf if choice_hash(c) in barred else t) for c, t in medians.items()}
-        aten = _aten_choice(allowed, self.noise[key], self.busy(key))
+        stored = _stored_choice(allowed, self.noise[key], self.busy(key))
+        if stored is not None:
+            self.stored[key] = choice_hash(stored)
+        aten = stored if stored is not None and choice_kind(stored) == "aten" else None
         stand_in = _stand_in(allowed) if aten is not None else None
         if stand_in is not None:
             self.stand_ins[key] = choice_hash(stand_in)
             return {c: (0.0 if c is stand_in else math.inf) for c in allowed}
-        # ATen stored over a faster-looking candidate (within the noise): the graph runs ATen.
-        return {**allowed, aten: 0.0} if aten is not None else allowed
+        # The graph runs what the rule stores (ATen over a faster-looking candidate, or one of the
+        # fastest's equals), so that the numerical check after the compile checks the stored winner.
+        return runs_first(allowed, stored)
 
 
     def _timed_in_rounds(self, key: str, choices: list[Any], benchmark: Benchmark) -> dict[Any, float]:
@@ -157,15 +163,15 @@ class TunePolicy:
         return medians
 
 
-def _aten_choice(timings: dict[Any, float], noise: dict[str, tuple[float | None, int]], busy: bool) -> Any | None:
-    """The ATen choice when the noise rule (workers/noise.py) stores ATen, else None."""
+def _stored_choice(timings: dict[Any, float], noise: dict[str, tuple[float | None, int]], busy: bool) -> Any | None:
+    """The choice the noise rule (workers/noise.py) stores: ATen, or a candidate that clearly beats
+    it (of the fastest's equals, the same one every time); None when none has a finite time."""
     rows = [Timed(choice_hash(c), choice_kind(c) == "aten", t, noise.get(choice_hash(c), (None, 0))[0])
             for c, t in timings.items()]
     decision = choose_busy(rows, busy)
     if decision is None:
         return None
-    winner = next(c for c in timings if choice_hash(c) == decision.winner)
-    return winner if choice_kind(winner) == "aten" else None
+    return next(c for c in timings if choice_hash(c) == decision.winner)
 
 
 def _stand_in(timings: dict[Any, float]) -> Any | None:
@@ -383,6 +389,10 @@ def tune_with(job: TuneJob, policy: TunePolicy) -> TuningResult:
             # output is the template's, and ATen's comes from eager mode.
             stand_in = next((c for c in candidates if c.choice_hash == policy.stand_ins.get(key)), None) \
                 if winner.kind == "aten" else None
+            if stand_in is None and policy.stored.get(key) not in (None, winner.choice_hash):
+                # The two readings of the rule disagree: the graph's kernel is not the one to store.
+                return _result(job, env, candidates, STATUS_FAILED, started,
+                               error=f"the compile ran {policy.stored[key]}, the rule stores {winner.choice_hash}")
             validation = _check_numerics(graph, output if stand_in is None else _eager_output(graph), job.request)
             validation["winner"] = winner.name
             validation["timing"] = {"rounds": TIMING_ROUNDS, "others_per_core": policy.loads.get(key),
