@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.inductor_glue.capture import capture_file
     from autotune.workers.noise import BUSY_LOAD
 
-    code = harness.code()  # the code measured, read from git before the run (its diff is kept below)
+    code_fields: dict[str, Any] = {}
+    found = harness.record_code(code_fields)  # the code measured, read from git before the run
     captured = capture_file(args.model)
     busy_runs = []
     with tempfile.TemporaryDirectory() as folder, spinners(cores):
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "sweeps": args.sweeps, "cores": cores, "spinners": cores,
         "host": platform.node(), "cpu": platform.processor(), "torch": torch.__version__,
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": code.field(), **({"code_note": code.note} if code.note else {}),
+        **code_fields,
         "command": "python -m benchmarks.noise_rule " + " ".join(argv if argv is not None else sys.argv[1:]),
         "summary": {
             "same_or_aten": all(r["rule_distinct_non_aten"] <= 1 for r in rows),
@@ -192,10 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    if code.diff and code.tree:  # uncommitted changes: the diff beside the results, as the harness keeps it
-        report["changes"] = {"tree": code.tree, "diff": f"{harness.DIFFS}/{code.tree}.diff"}
-        (args.out.parent / harness.DIFFS).mkdir(exist_ok=True)
-        (args.out.parent / report["changes"]["diff"]).write_text(code.diff)
+    harness.save_diff(report, found, args.out.parent)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))
