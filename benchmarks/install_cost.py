@@ -15,7 +15,7 @@ imports (Inductor's modules that any compile imports among them), the install or
 load (its imports included), the first call, the modules each imported, and inside them the
 store's imports, the SQL statements, the signature checks, the artifact fetches, the files
 written from payloads, the vector-ISA probes (CPU) and Dynamo's package load.
-``--profile DIR`` also writes each warm child's cProfile there.
+``--profile DIR`` also writes each child's cProfile there (the floor's from its blob load on).
 
     python -m benchmarks.install_cost --models mlp,gpt --samples 3
     bash benchmarks/baseline_code.sh 656483c && python -m benchmarks.install_cost --baseline .baseline/656483c
@@ -139,6 +139,7 @@ def _child(args: argparse.Namespace) -> None:
         torch._dynamo.config.caching_precompile = True
         data = Path(args.blob).read_bytes()
         step, cpu = time.perf_counter(), time.process_time()
+        profile = _profiler(args.profile)
         torch.compiler.load_cache_artifacts(data)  # its imports of Inductor's modules included
         result["blob_load_s"], result["blob_load_cpu_s"] = time.perf_counter() - step, time.process_time() - cpu
         result["modules_before_call"] = len(sys.modules) - modules
@@ -166,8 +167,8 @@ def _child(args: argparse.Namespace) -> None:
     result["modules_by_package"] = {package: sum(1 for name in list(sys.modules) if name.split(".")[0] == package)
                                     for package in ("sqlalchemy", "cryptography", "autotune")}
     result["total_s"] = time.perf_counter() - began
+    _end_profile(profile, args.profile, args.child)
     if handle is not None:
-        _end_profile(profile, args.profile)
         stats = handle.stats
         result["stats"] = {k: getattr(stats, k) for k in ("hits", "misses", "benchmarks", "artifacts_loaded",
                                                           "artifacts_rejected", "database_calls", "cpp_compiled")}
@@ -185,12 +186,12 @@ def _profiler(folder: str | None) -> Any:
     return profile
 
 
-def _end_profile(profile: Any, folder: str | None) -> None:
+def _end_profile(profile: Any, folder: str | None, child: str) -> None:
     if profile is None or not folder:
         return
     profile.disable()
     Path(folder).mkdir(parents=True, exist_ok=True)
-    profile.dump_stats(str(Path(folder) / f"warm-{os.getpid()}.prof"))
+    profile.dump_stats(str(Path(folder) / f"{child}-{os.getpid()}.prof"))
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -240,7 +241,7 @@ def _sample(scenario: str, model: str, prepared: dict[str, Any], code: Path, tmp
     runner = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')"
     cmd = [sys.executable, "-c", runner, "--child", child, "--model", str((harness.REPO / model).resolve()),
            "--cache", prepared["cache"], "--trusted", f"{prepared['key']}.pub", "--blob", prepared["blob"]]
-    if args.profile and child == "warm":
+    if args.profile:
         cmd += ["--profile", str(args.profile / scenario)]
     load = os.getloadavg()[0]
     done = harness.run(cmd, env, args.timeout, cwd=code)
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="mlp", help="comma-separated: mlp, gpt or model files (default mlp)")
     parser.add_argument("--samples", type=int, default=3, help="processes per scenario (default %(default)s)")
     parser.add_argument("--baseline", type=Path, help="another commit's code (benchmarks/baseline_code.sh)")
-    parser.add_argument("--profile", type=Path, help="write each warm child's cProfile to this folder")
+    parser.add_argument("--profile", type=Path, help="write each child's cProfile to this folder")
     parser.add_argument("--prepared", type=Path, help="reuse an earlier run's set-up: a folder (or its MODEL "
                         "subfolder) holding key.pub, cache.db and floor.bin, as the log names it")
     for name in ("--child", "--model", "--cache", "--trusted", "--blob"):
