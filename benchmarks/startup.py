@@ -430,6 +430,23 @@ def spread(cell: dict[str, Any], key: str) -> str:
     return f"{found['median']:.1f} ({found['min']:.1f}-{found['max']:.1f})"
 
 
+# Each child's timed phases, in the script's order; the rest of a whole process is the
+# interpreter's start and exit.
+PHASES = {"imports_s": "imports", "setup_s": "set-up call", "model_build_s": "model build",
+          "busy_s": "CPU work", "first_call_s": "compile + first call"}
+
+
+def phase_rows(scenarios: dict[str, Any]) -> list[list[str]]:
+    """Per scenario, the median of each phase over its processes that finished."""
+    rows = []
+    for scenario, cell in scenarios.items():
+        done = [p for p in cell.get("processes") or () if p.get("status") == "ok"]
+        medians = [statistics.median(p[key] for p in done) if done and all(key in p for p in done) else None
+                   for key in PHASES]
+        rows.append([scenario, *(fmt(value, ".2f") for value in medians)])
+    return rows
+
+
 def render(run: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for name, entry in (run.get("models") or {}).items():
@@ -446,6 +463,8 @@ def render(run: dict[str, Any]) -> list[str]:
         lines += harness.table(["scenario", "processes", "whole process s, median (min-max)",
                                 "first call s, median (min-max)", "whole vs floor", "first call vs floor",
                                 "benchmarks"], rows)
+        lines += ["", "Where the whole process goes (median seconds of each phase, in the script's order):", "",
+                  *harness.table(["scenario", *PHASES.values()], phase_rows(scenarios))]
         lines += ["", f"- {entry.get('busy_seconds', 0):g} s of Python CPU work after the model's build; "
                   f"libraries imported at the top: {', '.join(entry.get('libraries') or ()) or 'none'}"]
         sweep = entry.get("sweep") or {}
