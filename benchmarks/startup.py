@@ -85,7 +85,7 @@ PROFILE_ENV = "PREFETCH_PROFILE_DIR"  # set: each child writes its first call's 
 SAMPLE_ENV = "PREFETCH_SAMPLE_DIR"  # set: each child writes its threads' stacks up to its first result here
 PHASES_KEPT = 12  # each first call's longest compile phases kept in the results
 TIMINGS = ("whole_process_s", "first_call_s")  # per process; a cell's are their median, min and max
-PROCESS_DETAILS = ("imports_s", "setup_s", "model_build_s", "busy_s", "benchmarks", "hook")
+PROCESS_DETAILS = ("imports_s", "setup_s", "model_build_s", "busy_s", "benchmarks", "hook", "modules")
 
 
 # --------------------------------------------------------------------------- the child
@@ -113,9 +113,11 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         importlib.import_module(library)
     mark = time.perf_counter()
     result["imports_s"] = mark - began
+    at_top = set(sys.modules)
     handle = _set_up(args)  # the set-up call
     now = time.perf_counter()
     result["setup_s"], mark = now - mark, now
+    after_setup = set(sys.modules)
     from benchmarks import compile_time
 
     cuda = torch.cuda.is_available()
@@ -130,6 +132,10 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     mode = "max-autotune" if handle is not None else "default"
     _first_call(args, prepared, mode, result)
     result["whole_process_s"] = time.time() - spawned
+    # Which modules each scenario imports after the script's top: the set-up call's, and the rest
+    # (the model's build and the first call). The names stay in the child's log.
+    result["modules"] = {"set_up": len(after_setup - at_top), "after_set_up": len(set(sys.modules) - after_setup)}
+    result["module_names"] = {"set_up": sorted(after_setup - at_top), "after_set_up": sorted(set(sys.modules) - after_setup)}
     if sampler is not None:
         sampler.stop(Path(os.environ[SAMPLE_ENV]) / f"{_stem(args)}-{os.getpid()}.json")
     result["first_call_phases"] = _longest_phases()
@@ -321,14 +327,22 @@ def measure_model(name: str, args: argparse.Namespace,
     entry: dict[str, Any] = {"path": model.path, "title": model.title, "libraries": list(model.libraries),
                              "busy_seconds": args.busy_seconds, "scenarios": {}}
     try:
-        sweep_args = Namespace(timeout=args.sweep_timeout, batch_size=None, sweep_arg=None)
-        entry["sweep"] = sweep = compile_time.run_sweep(model_run, sweep_args, log_dir / f"{name}-sweep.log"
-                                                        if log_dir else None)
-        if sweep.get("status") != "ok":
+        if args.prepared:
+            entry.update(use_prepared(Path(args.prepared) / name, tmp))
+            model_run.signing_key = str(tmp / "key")
+        else:
+            sweep_args = Namespace(timeout=args.sweep_timeout, batch_size=None, sweep_arg=None)
+            entry["sweep"] = compile_time.run_sweep(model_run, sweep_args, log_dir / f"{name}-sweep.log"
+                                                    if log_dir else None)
+        if (entry.get("sweep") or {}).get("status") != "ok":
             return entry
         cell = Cell(name, tmp, cache_url, model_run.signing_key, args)
-        entry["floor_save"] = saved = cell.run("floor-save", 0)
-        log.info("%s: floor-save %s %s", name, saved.get("status"), saved.get("error") or "")
+        if not args.prepared:
+            entry["floor_save"] = saved = cell.run("floor-save", 0)
+            log.info("%s: floor-save %s %s", name, saved.get("status"), saved.get("error") or "")
+        if args.prepare_only:
+            save_prepared(entry, tmp, model_run.signing_key, Path(args.prepare_only) / name)
+            return entry
         timed = (*TIMED, *((BASELINE,) if args.baseline else ()))
         processes: dict[str, list[dict[str, Any]]] = {}
         for repeat in range(args.processes):  # taking turns: a drift of the machine's speed falls on all alike
@@ -343,6 +357,42 @@ def measure_model(name: str, args: argparse.Namespace,
         if not args.keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return entry
+
+
+PREPARED_FILES = ("cache.db", "key.pub", "floor.megacache", "prepared.json")
+
+
+def save_prepared(entry: dict[str, Any], tmp: Path, key: str | None, folder: Path) -> None:
+    """``--prepare-only``: what a later ``--prepared`` call needs (the swept cache, the public key
+    its artifacts are signed with, the floor's blob, the sweep's and floor-save's results), so a
+    model whose sweep and timing do not fit one device call is split over two."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copy_sqlite(tmp / "cache.db", folder / "cache.db")
+    if key:
+        shutil.copyfile(key + ".pub", folder / "key.pub")
+    shutil.copyfile(tmp / "floor.megacache", folder / "floor.megacache")
+    kept = {k: entry[k] for k in ("sweep", "floor_save") if k in entry}
+    (folder / "prepared.json").write_text(json.dumps(kept, indent=1))
+
+
+def use_prepared(folder: Path, tmp: Path) -> dict[str, Any]:
+    """``--prepared``: a ``--prepare-only`` call's files copied into ``tmp``; its sweep's results."""
+    absent = [name for name in PREPARED_FILES if not (folder / name).is_file()]
+    if absent:
+        raise SystemExit(f"--prepared: {folder} lacks {', '.join(absent)}; make it with --prepare-only")
+    copy_sqlite(folder / "cache.db", tmp / "cache.db")  # the timed processes may write back: a copy
+    shutil.copyfile(folder / "key.pub", tmp / "key.pub")
+    shutil.copyfile(folder / "floor.megacache", tmp / "floor.megacache")
+    kept = json.loads((folder / "prepared.json").read_text())
+    return {**kept, "prepared": str(folder)}
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite file, its write-ahead log included."""
+    import sqlite3
+
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
 
 
 def _summarise_cells(entry: dict[str, Any], processes: dict[str, list[dict[str, Any]]]) -> None:
@@ -443,7 +493,10 @@ def phase_rows(scenarios: dict[str, Any]) -> list[list[str]]:
         done = [p for p in cell.get("processes") or () if p.get("status") == "ok"]
         medians = [statistics.median(p[key] for p in done) if done and all(key in p for p in done) else None
                    for key in PHASES]
-        rows.append([scenario, *(fmt(value, ".2f") for value in medians)])
+        counts = [p["modules"] for p in done if isinstance(p.get("modules"), dict)]
+        imported = (f"{statistics.median(c['set_up'] for c in counts):.0f} / "
+                    f"{statistics.median(c['after_set_up'] for c in counts):.0f}") if counts else "-"
+        rows.append([scenario, *(fmt(value, ".2f") for value in medians), imported])
     return rows
 
 
@@ -464,13 +517,15 @@ def render(run: dict[str, Any]) -> list[str]:
                                 "first call s, median (min-max)", "whole vs floor", "first call vs floor",
                                 "benchmarks"], rows)
         lines += ["", "Where the whole process goes (median seconds of each phase, in the script's order):", "",
-                  *harness.table(["scenario", *PHASES.values()], phase_rows(scenarios))]
+                  *harness.table(["scenario", *PHASES.values(), "modules imported: set-up / after"],
+                                 phase_rows(scenarios))]
         lines += ["", f"- {entry.get('busy_seconds', 0):g} s of Python CPU work after the model's build; "
                   f"libraries imported at the top: {', '.join(entry.get('libraries') or ()) or 'none'}"]
         sweep = entry.get("sweep") or {}
         if sweep.get("status") == "ok":
             lines.append(f"- sweep {fmt(sweep.get('wall_s'))} s: {sweep.get('tuned')} tuned, "
-                         f"{sweep.get('found')} found")
+                         f"{sweep.get('found')} found" + ("; swept, and the floor's blob saved, by an earlier "
+                                                         "call (--prepare-only)" if entry.get("prepared") else ""))
         elif sweep:
             lines.append(f"- sweep failed: {(sweep.get('error') or '')[:200]}")
         for scenario, cell in scenarios.items():
@@ -491,6 +546,8 @@ def benchmark(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     harness.warm_bytecode()
+    if args.prepare_only:
+        return prepare_only(names, args)
     info = harness.machine(min(args.timeout, 300))
     gpu = harness.slug(info.get("gpu") or "cpu")
     store = results(Path(args.out))
@@ -510,6 +567,19 @@ def benchmark(args: argparse.Namespace) -> int:
     print(store.path.with_suffix(".md").read_text())
     cells = [c for entry in run["models"].values() for c in (entry.get("scenarios") or {}).values()]
     return 0 if cells and all(c.get("failed") == 0 for c in cells) else 1
+
+
+def prepare_only(names: list[str], args: argparse.Namespace) -> int:
+    """``--prepare-only``: each model swept and its floor's blob saved, nothing timed or recorded."""
+    ready = 0
+    for name in names:
+        entry = measure_model(name, args)
+        sweep, saved = entry.get("sweep") or {}, entry.get("floor_save") or {}
+        ok = sweep.get("status") == "ok" and saved.get("status") == "ok"
+        ready += ok
+        print(f"{name}: {'prepared in ' + str(Path(args.prepare_only) / name) if ok else 'not prepared'}; "
+              f"sweep {sweep.get('status')} {fmt(sweep.get('wall_s'))} s, floor-save {saved.get('status')}")
+    return 0 if ready == len(names) else 1
 
 
 def _save_model(store: harness.Results, run: dict[str, Any], name: str, entry: dict[str, Any]) -> None:
@@ -571,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "scenario takes turns with this code's, labelled baseline")
     parser.add_argument("--note", default=None, help="a line the results print under the run's heading")
     parser.add_argument("--keep-tmp", action="store_true", help="keep each model's caches")
+    parser.add_argument("--prepare-only", default=None, metavar="DIR",
+                        help="sweep and save the floor's blob, time nothing: each model's files go to DIR/MODEL "
+                             "for a later --prepared (a model whose sweep and timing do not fit one call)")
+    parser.add_argument("--prepared", default=None, metavar="DIR",
+                        help="time each model from DIR/MODEL, made by --prepare-only: no sweep, no floor-save")
     parser.add_argument("--from-logs", default=None, metavar="DIR",
                         help="run nothing: rebuild a cut command's run of --models from its --log-dir")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -599,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--busy-seconds must be 0 or more, --timeout, --sweep-timeout and --processes positive")
     if args.from_logs:
         return rebuild(args)
+    if args.prepare_only and args.prepared:
+        raise SystemExit("--prepare-only and --prepared: one call prepares, a later one times; give one of them")
     if args.baseline:  # checked once, before any sweep: a wrong folder fails at once
         args.baseline = baseline_folder(args.baseline)
     return benchmark(args)

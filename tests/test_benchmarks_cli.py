@@ -212,6 +212,36 @@ def test_startup_rebuilds_a_cut_commands_run_from_its_childrens_logs(tmp_path: P
     assert entry["busy_seconds"] == 5.0 and entry["rebuilt_from_logs"] is True
 
 
+def test_startup_prepared_files_round_trip_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    import sqlite3
+
+    from benchmarks import startup
+
+    made = tmp_path / "made"
+    made.mkdir()
+    with sqlite3.connect(made / "cache.db") as db:
+        db.execute("create table t (x)")
+        db.execute("insert into t values (1)")
+    (made / "key.pub").write_text("public")
+    (made / "floor.megacache").write_bytes(b"blob")
+    entry = {"sweep": {"status": "ok", "wall_s": 300.0}, "floor_save": {"status": "ok"}, "scenarios": {}}
+    startup.save_prepared(entry, made, str(made / "key"), tmp_path / "prepared" / "lm_train")
+
+    into = tmp_path / "into"
+    into.mkdir()
+    kept = startup.use_prepared(tmp_path / "prepared" / "lm_train", into)
+    assert kept["sweep"] == entry["sweep"] and kept["floor_save"] == entry["floor_save"]
+    assert (into / "floor.megacache").read_bytes() == b"blob" and (into / "key.pub").read_text() == "public"
+    with sqlite3.connect(into / "cache.db") as db:
+        assert db.execute("select x from t").fetchall() == [(1,)]
+
+    (tmp_path / "prepared" / "lm_train" / "floor.megacache").unlink()
+    with pytest.raises(SystemExit, match="lacks floor.megacache; make it with --prepare-only"):
+        startup.use_prepared(tmp_path / "prepared" / "lm_train", into)
+    with pytest.raises(SystemExit, match="give one of them"):
+        startup.main(["--prepare-only", str(tmp_path / "a"), "--prepared", str(tmp_path / "b")])
+
+
 def test_startup_skips_a_model_whose_library_is_missing_and_busies_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import startup
 
