@@ -242,6 +242,20 @@ def test_startup_prepared_files_round_trip_and_a_missing_one_is_named(tmp_path: 
         startup.main(["--prepare-only", str(tmp_path / "a"), "--prepared", str(tmp_path / "b")])
 
 
+def test_moe_routing_counts_a_row_that_moved_and_not_one_that_rounded() -> None:
+    import torch
+
+    from benchmarks import moe_routing
+
+    reference = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) / 23  # 6 tokens, scale 1
+    output = reference.clone()
+    output[0, 1] += 0.5  # a token sent to another expert: its whole row moves
+    output[1, 2, 0] += 1e-3  # a GEMM's rounding
+    assert moe_routing.compare(output, reference) == {"deviation": pytest.approx(0.5), "moved_tokens": 1, "tokens": 6}
+    with pytest.raises(SystemExit, match="choose from default, cold, warm"):
+        moe_routing.main(["--variants", "warm,hot"])
+
+
 def test_startup_skips_a_model_whose_library_is_missing_and_busies_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import startup
 
