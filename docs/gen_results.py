@@ -115,10 +115,18 @@ def header(name: str, runs: list[dict[str, Any]], body: list[str]) -> list[str]:
 
 
 def split_body(runs: list[dict[str, Any]]) -> list[str]:
-    """The runs of one split run as one table, a row per model (benchmarks.headline's)."""
+    """The runs of one split run as one table, a row per model (benchmarks.headline's), then
+    where each scenario's whole process goes, phase by phase."""
+    from benchmarks.startup import PHASES, phase_rows
+
     table, absent, _ = headline.rows(runs)
+    phases = [[name, *row] for run in runs for name, entry in (run.get("models") or {}).items()
+              for row in phase_rows(entry.get("scenarios") or {})]
     return ["Each figure is the median of its processes, with the min-max in brackets.", "",
-            *headline.table_lines(table, absent)]
+            *headline.table_lines(table, absent), "",
+            "Where each whole process goes: the median seconds of each phase, in the script's order, "
+            "and the modules imported by the set-up call and after it.", "",
+            *harness.table(["model", "scenario", *PHASES.values(), "modules: set-up / after"], phases)]
 
 
 def clip(name: str, body: list[str], scale: float) -> list[str]:
