@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -38,12 +37,6 @@ DEFAULT_MODELS = ("mlp", "gpt")
 STEPS = ("max-autotune-cold", "sweep-default", "warm-default", "sweep-exhaustive", "warm-exhaustive")
 # Step -> the compile_time scenario it runs (the sweeps run here).
 SCENARIO = {"max-autotune-cold": "max-autotune-cold", "warm-default": "warm-start", "warm-exhaustive": "warm-start"}
-
-
-def _copy_sqlite(source: Path, target: Path) -> None:
-    """A consistent copy of a SQLite cache, its WAL included."""
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
-        src.backup(dst)
 
 
 def _sweep_command(path: str, cache_url: str, args: argparse.Namespace, exhaustive: bool) -> list[str]:
@@ -96,7 +89,7 @@ def run_model(name: str, path: str, args: argparse.Namespace, gpu: str) -> dict[
             log_path = Path(args.log_dir) / f"{gpu}-{name}-{step}.log" if args.log_dir else None
             search = "exhaustive" if step.endswith("exhaustive") else "default"
             if step == "sweep-exhaustive" and caches["default"].exists():
-                _copy_sqlite(caches["default"], caches["exhaustive"])
+                harness.copy_sqlite(caches["default"], caches["exhaustive"])
             url = f"sqlite:///{caches[search]}"
             log.info("%s: %s ...", name, step)
             if step.startswith("sweep"):

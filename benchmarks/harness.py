@@ -325,6 +325,26 @@ def _signal_group(pid: int, signum: int) -> None:
         pass
 
 
+def child_result(result: dict[str, Any], body: Callable[[], None]) -> int:
+    """A child's one result line: ``result`` marked ok once ``body`` returns, or with the error it
+    raised, whatever it is (the parent records it); the child's exit code."""
+    try:
+        body()
+        result["status"] = "ok"
+    except BaseException as exc:  # noqa: BLE001 - the parent gets the error, whatever it is
+        result["status"], result["error"] = "error", f"{type(exc).__name__}: {exc}"
+    emit(result)
+    return 0 if result["status"] == "ok" else 1
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite cache: its write-ahead log's last writes included."""
+    import sqlite3
+
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
 def emit(payload: dict[str, Any]) -> None:
     sys.stdout.write(MARKER + json.dumps(payload, default=str) + "\n")
     sys.stdout.flush()

@@ -138,8 +138,8 @@ def _child(args: argparse.Namespace) -> None:
     if args.child == "floor":
         torch._dynamo.config.caching_precompile = True
         data = Path(args.blob).read_bytes()
-        step, cpu = time.perf_counter(), time.process_time()
         profile = _profiler(args.profile)
+        step, cpu = time.perf_counter(), time.process_time()
         torch.compiler.load_cache_artifacts(data)  # its imports of Inductor's modules included
         result["blob_load_s"], result["blob_load_cpu_s"] = time.perf_counter() - step, time.process_time() - cpu
         result["modules_before_call"] = len(sys.modules) - modules

@@ -59,13 +59,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
 
 def _child(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"variant": args.variant, "status": "error"}
-    try:
-        _child_run(args, result)
-        result["status"] = "ok"
-    except BaseException as exc:  # noqa: BLE001 - the parent records it, whatever it is
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    harness.emit(result)
-    return 0 if result["status"] == "ok" else 1
+    return harness.child_result(result, lambda: _child_run(args, result))
 
 
 def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -215,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
                          if unknown else "--samples must be 1 or more")
     harness.log_to_stderr(False)
-    if args.device is None:
-        args.device = "cuda" if harness.machine(120).get("gpu") else "cpu"
     info = harness.machine(120)
+    if args.device is None:
+        args.device = "cuda" if info.get("gpu") else "cpu"
     store = harness.Results(Path(args.out), "moe_routing", "MoE routing: which served feature moves the output",
                             render)
     run = store.run(args.label or f"{harness.slug(info.get('gpu') or 'cpu')}: {args.model}", info,

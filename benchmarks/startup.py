@@ -94,13 +94,7 @@ PROCESS_DETAILS = ("imports_s", "setup_s", "model_build_s", "busy_s", "benchmark
 def child(args: argparse.Namespace) -> int:
     """One scenario in this fresh process; one result line."""
     result: dict[str, Any] = {"scenario": args.scenario, "busy_seconds": args.busy_seconds, "status": "error"}
-    try:
-        _child_run(args, result)
-        result["status"] = "ok"
-    except BaseException as exc:  # noqa: BLE001 - the parent gets the error, whatever it is
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    harness.emit(result)
-    return 0 if result["status"] == "ok" else 1
+    return harness.child_result(result, lambda: _child_run(args, result))
 
 
 def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -134,8 +128,8 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["whole_process_s"] = time.time() - spawned
     # Which modules each scenario imports after the script's top: the set-up call's, and the rest
     # (the model's build and the first call). The names stay in the child's log.
-    result["modules"] = {"set_up": len(after_setup - at_top), "after_set_up": len(set(sys.modules) - after_setup)}
     result["module_names"] = {"set_up": sorted(after_setup - at_top), "after_set_up": sorted(set(sys.modules) - after_setup)}
+    result["modules"] = {phase: len(names) for phase, names in result["module_names"].items()}
     if sampler is not None:
         sampler.stop(Path(os.environ[SAMPLE_ENV]) / f"{_stem(args)}-{os.getpid()}.json")
     result["first_call_phases"] = _longest_phases()
@@ -367,7 +361,7 @@ def save_prepared(entry: dict[str, Any], tmp: Path, key: str | None, folder: Pat
     its artifacts are signed with, the floor's blob, the sweep's and floor-save's results), so a
     model whose sweep and timing do not fit one device call is split over two."""
     folder.mkdir(parents=True, exist_ok=True)
-    copy_sqlite(tmp / "cache.db", folder / "cache.db")
+    harness.copy_sqlite(tmp / "cache.db", folder / "cache.db")
     if key:
         shutil.copyfile(key + ".pub", folder / "key.pub")
     shutil.copyfile(tmp / "floor.megacache", folder / "floor.megacache")
@@ -380,19 +374,11 @@ def use_prepared(folder: Path, tmp: Path) -> dict[str, Any]:
     absent = [name for name in PREPARED_FILES if not (folder / name).is_file()]
     if absent:
         raise SystemExit(f"--prepared: {folder} lacks {', '.join(absent)}; make it with --prepare-only")
-    copy_sqlite(folder / "cache.db", tmp / "cache.db")  # the timed processes may write back: a copy
+    harness.copy_sqlite(folder / "cache.db", tmp / "cache.db")  # the timed processes may write back: a copy
     shutil.copyfile(folder / "key.pub", tmp / "key.pub")
     shutil.copyfile(folder / "floor.megacache", tmp / "floor.megacache")
     kept = json.loads((folder / "prepared.json").read_text())
     return {**kept, "prepared": str(folder)}
-
-
-def copy_sqlite(source: Path, target: Path) -> None:
-    """A consistent copy of a SQLite file, its write-ahead log included."""
-    import sqlite3
-
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
-        src.backup(dst)
 
 
 def _summarise_cells(entry: dict[str, Any], processes: dict[str, list[dict[str, Any]]]) -> None:

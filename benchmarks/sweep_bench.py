@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -45,9 +44,7 @@ def sweep(paths: list[str], gpus: int, keep: Path | None, tmp: Path, timeout: fl
     done = harness.run(cmd, harness.child_env(tmp, cache_url), timeout)
     if keep is not None and (tmp / "cache.db").exists():  # SQLite's backup: the last writes may be in the WAL
         keep.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(tmp / "cache.db") as source, \
-                sqlite3.connect(keep / f"{'_'.join(Path(p).stem for p in paths)}_{gpus}gpu.db") as copy:
-            source.backup(copy)
+        harness.copy_sqlite(tmp / "cache.db", keep / f"{'_'.join(Path(p).stem for p in paths)}_{gpus}gpu.db")
     report = harness.sweep_report(done.stdout)
     result: dict[str, Any] = {"gpus": gpus, "wall_s": done.wall_s, "rc": done.rc}
     if report is None or done.rc != 0:
