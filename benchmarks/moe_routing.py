@@ -105,12 +105,16 @@ def _first_tensor(output: Any) -> Any:
 
 
 def compare(output: Any, reference: Any) -> dict[str, Any]:
-    """The deviation from eager and the rows that moved (see the module's docstring)."""
+    """The deviation from eager (the conformance table's, benchmarks/deviation.py) and the rows
+    that moved (see the module's docstring)."""
+    from benchmarks import deviation
+
+    measured = deviation.compare([output], [reference])
+    if "error" in measured:  # outputs of other shapes: no row to compare
+        raise ValueError(measured["error"])
     scale = float(reference.abs().max()) or 1.0
-    diff = (output - reference).abs()
-    rows = diff.reshape(-1, diff.shape[-1]).amax(dim=1) / scale
-    return {"deviation": float(diff.max()) / scale, "moved_tokens": int((rows > MOVED).sum()),
-            "tokens": int(rows.numel())}
+    rows = (output - reference).abs().reshape(-1, output.shape[-1]).amax(dim=1) / scale
+    return {"deviation": measured["relative"], "moved_tokens": int((rows > MOVED).sum()), "tokens": int(rows.numel())}
 
 
 # ------------------------------------------------------------------------------ the parent
@@ -167,7 +171,7 @@ def render(run: dict[str, Any]) -> list[str]:
     rows = []
     for name, results in (entry.get("variants") or {}).items():
         done = [r for r in results if r.get("status") == "ok"]
-        deviations = [r["deviation"] for r in done]
+        deviations = [r["deviation"] for r in done if r["deviation"] is not None]  # None: not finite
         moved = [r["moved_tokens"] for r in done]
         hooks = [r.get("hook") or {} for r in done]
         rows.append([name, " ".join(f"{k}={v}" for k, v in sorted(VARIANTS[name][1].items())) or "-",
