@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .job.hook import WarmStart
 
 
-def warm_start(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,
+def warm_start(cache: str | None = None, *, on_miss: str | None = None, write_back: bool | None = None,
                read_only: bool = False, **kwargs: Any) -> WarmStart:
     """Serve torch.compile's autotune lookups from the cache; see autotune.job.hook.warm_start.
 

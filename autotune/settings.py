@@ -247,10 +247,12 @@ def compile_modes() -> tuple[str, ...]:
     return COMPILE_MODES
 
 
-def warm_start_settings(cache: str | None = None, *, on_miss: str = "tune", write_back: bool = True,
+def warm_start_settings(cache: str | None = None, *, on_miss: str | None = None, write_back: bool | None = None,
                         read_only: bool = False, trusted_keys: Sequence[str] | None = None,
                         signing_key: str | None = None, settings: Settings | None = None) -> Settings:
-    """A warm start's settings: ``AUTOTUNE_*`` (or ``settings``) with its arguments on top."""
+    """A warm start's settings: ``AUTOTUNE_*`` (or ``settings``) with its arguments on top. An
+    argument left None keeps what the environment says (``AUTOTUNE_ON_MISS``, ``AUTOTUNE_WRITE_BACK``),
+    else the default: ``tune``, written back."""
     base = settings or Settings.from_env()
     return base.replace(cache=cache, on_miss=on_miss, write_back=write_back, read_only=read_only or base.read_only,
                         trusted_keys=tuple(trusted_keys) if trusted_keys is not None else None,

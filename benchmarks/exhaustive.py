@@ -1,20 +1,24 @@
 """The exhaustive search against the default one: what each gives a job's kernels, and its cost.
 
 For each model, on one GPU, each step in fresh processes with fresh Inductor and Triton caches
-(benchmarks/compile_time.py's harness):
+(benchmarks/compile_time.py's harness). First the two sweeps:
 
-1. ``max-autotune-cold``: a plain max-autotune compile, no cache.
-2. ``sweep-default``: ``autotune sweep MODEL --json`` into a new SQLite cache.
-3. ``warm-default``: ``autotune.warm_start(<that cache>)`` then max-autotune.
-4. ``sweep-exhaustive``: ``autotune sweep MODEL --search exhaustive --budget-s S --json`` into a
-   copy of step 2's cache (its stored capture is replayed; its default rows are searched again).
-5. ``warm-exhaustive``: the warm start from that cache.
+- ``sweep-default``: ``autotune sweep MODEL --json`` into a new SQLite cache.
+- ``sweep-exhaustive``: ``autotune sweep MODEL --search exhaustive --budget-s S --json`` into a
+  copy of that cache (its stored capture is replayed; its default rows are searched again).
+
+Then ``--samples`` rounds (default 2) of the three compiles, taking turns, one process each:
+
+- ``max-autotune-cold``: a plain max-autotune compile, no cache.
+- ``warm-default``: ``autotune.warm_start(<the default cache>)`` then max-autotune.
+- ``warm-exhaustive``: the warm start from the exhaustive cache.
 
 Each compile step records the summed GPU kernel time per call (``--kernel-profile``), the median
 latency, the first call, the hook's hits and misses, and the benchmarks Inductor ran; each sweep
 its wall time and its cost (the workers' busy time, in GPU-minutes, from the sweep's report).
 
     python -m benchmarks.exhaustive --models mlp,gpt --budget-s 20 --out $OUT
+    python -m benchmarks.exhaustive --models /tmp/stubs/dlrm_infer.py   # a zoo row (python -m benchmarks.zoo stub)
     python -m benchmarks.exhaustive --models mlp --dry-run      # the plan, nothing run
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +39,9 @@ from benchmarks.harness import fmt, ratio
 log = logging.getLogger("exhaustive")
 
 DEFAULT_MODELS = ("mlp", "gpt")
-STEPS = ("max-autotune-cold", "sweep-default", "warm-default", "sweep-exhaustive", "warm-exhaustive")
+SWEEPS = ("sweep-default", "sweep-exhaustive")
+COMPILES = ("max-autotune-cold", "warm-default", "warm-exhaustive")
+STEPS = SWEEPS + COMPILES
 # Step -> the compile_time scenario it runs (the sweeps run here).
 SCENARIO = {"max-autotune-cold": "max-autotune-cold", "warm-default": "warm-start", "warm-exhaustive": "warm-start"}
 
@@ -84,27 +91,54 @@ def run_model(name: str, path: str, args: argparse.Namespace, gpu: str) -> dict[
     tmp = Path(tempfile.mkdtemp(prefix=f"exhaustive_{name}_"))
     caches = {"default": tmp / "default.db", "exhaustive": tmp / "exhaustive.db"}
     entry: dict[str, Any] = {"path": path, "steps": {}}
+    samples: dict[str, list[dict[str, Any]]] = {step: [] for step in COMPILES}
     try:
-        for step in STEPS:
-            log_path = Path(args.log_dir) / f"{gpu}-{name}-{step}.log" if args.log_dir else None
-            search = "exhaustive" if step.endswith("exhaustive") else "default"
-            if step == "sweep-exhaustive" and caches["default"].exists():
+        for step in SWEEPS:
+            exhaustive = step == "sweep-exhaustive"
+            if exhaustive and caches["default"].exists():
                 harness.copy_sqlite(caches["default"], caches["exhaustive"])
-            url = f"sqlite:///{caches[search]}"
+            url = f"sqlite:///{caches['exhaustive' if exhaustive else 'default']}"
             log.info("%s: %s ...", name, step)
-            if step.startswith("sweep"):
-                result = run_sweep(path, url, tmp, args, search == "exhaustive", log_path)
-            else:
-                result = run_compile(step, name, path, url, tmp, args, log_path)
+            result = run_sweep(path, url, tmp, args, exhaustive, _log_path(args, gpu, name, step))
             entry["steps"][step] = {**result, "date": harness.now()}
             log.info("%s: %s %s %s", name, step, result.get("status"), result.get("error") or "")
+        for sample in range(args.samples):  # the compiles take turns: a drift of the GPU's clocks hits each alike
+            for step in COMPILES:
+                url = f"sqlite:///{caches['exhaustive' if step.endswith('exhaustive') else 'default']}"
+                log.info("%s: %s, sample %d ...", name, step, sample + 1)
+                result = run_compile(step, name, path, url, tmp / str(sample), args,
+                                     _log_path(args, gpu, name, f"{step}-{sample}"))
+                samples[step].append({**result, "date": harness.now()})
+                log.info("%s: %s %s %s", name, step, result.get("status"), result.get("error") or "")
     finally:
         if not args.keep_tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    entry["kernel_ratio_exhaustive_vs_default"] = ratio(
-        entry["steps"].get("warm-exhaustive", {}).get("kernel_us_per_call"),
-        entry["steps"].get("warm-default", {}).get("kernel_us_per_call"))
+    for step, results in samples.items():
+        if results:
+            entry["steps"][step] = merge_samples(results)
+    kernel = {step: entry["steps"].get(step, {}).get("kernel_us_per_call") for step in COMPILES}
+    entry["kernel_ratio_exhaustive_vs_default"] = ratio(kernel["warm-exhaustive"], kernel["warm-default"])
+    entry["kernel_ratio_exhaustive_vs_cold"] = ratio(kernel["warm-exhaustive"], kernel["max-autotune-cold"])
+    entry["kernel_ratio_default_vs_cold"] = ratio(kernel["warm-default"], kernel["max-autotune-cold"])
     return entry
+
+
+def _log_path(args: argparse.Namespace, gpu: str, name: str, step: str) -> Path | None:
+    return Path(args.log_dir) / f"{gpu}-{name}-{step}.log" if args.log_dir else None
+
+
+def merge_samples(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One compile step's processes as one row: the first's details, the median of the figures
+    compared, and every process's kernel time (its spread)."""
+    ok = [r for r in results if r.get("status") == "ok"] or results
+    merged = dict(ok[0])
+    for key in ("kernel_us_per_call", "median_ms", "first_call_s"):
+        values = [r[key] for r in ok if isinstance(r.get(key), (int, float))]
+        merged[key] = statistics.median(values) if values else None
+    merged["samples"] = len(results)
+    merged["failed_samples"] = sum(r.get("status") != "ok" for r in results)
+    merged["kernel_us_samples"] = [r.get("kernel_us_per_call") for r in results]
+    return merged
 
 
 def _row(step: str, r: dict[str, Any]) -> list[str]:
@@ -114,20 +148,32 @@ def _row(step: str, r: dict[str, Any]) -> list[str]:
     note = "" if r.get("status") == "ok" else f"{r.get('status')}: {str(r.get('error', ''))[:120]}"
     if step.startswith("sweep") and r.get("status") == "ok":
         note = f"tuned {r.get('tuned')} of {r.get('found')}, {r.get('cached')} cached"
+    elif r.get("failed_samples"):
+        note = f"{r['failed_samples']} of {r.get('samples')} processes failed; " + note
     return [step, fmt(r.get("first_call_s") if not step.startswith("sweep") else r.get("wall_s")),
-            fmt(kernel / 1e3, ".3f") if isinstance(kernel, (int, float)) else "-", fmt(r.get("median_ms"), ".3f"),
+            _kernel_cell(kernel, r.get("kernel_us_samples")), fmt(r.get("median_ms"), ".3f"),
             f"{hook.get('hits')}/{hook.get('misses')}" if hook else "-", compile_time.bench_cell(r.get("bench")),
             fmt(cost.get("total"), ".2f"), note]
+
+
+def _kernel_cell(median_us: Any, samples: Any) -> str:
+    """Kernel ms per call: the median, and each process's in brackets (the spread)."""
+    if not isinstance(median_us, (int, float)):
+        return "-"
+    each = [f"{v / 1e3:.3f}" for v in samples or () if isinstance(v, (int, float))]
+    return f"{median_us / 1e3:.3f}" + (f" ({', '.join(each)})" if len(each) > 1 else "")
 
 
 def render(run: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for model, entry in run.get("models", {}).items():
         lines += [f"### {model} (`{entry['path']}`), --budget-s {run.get('budget_s')}", ""]
-        lines += harness.table(["step", "first call / sweep s", "kernels ms/call", "median ms", "hits/misses",
-                                "bench @1st gemm/pw/cd", "sweep GPU-min", "note"],
+        lines += harness.table(["step", "first call / sweep s", "kernels ms/call (each process)", "median ms",
+                                "hits/misses", "bench @1st gemm/pw/cd", "sweep GPU-min", "note"],
                                [_row(step, r) for step, r in entry["steps"].items()])
-        lines += ["", f"kernel time per call, exhaustive / default warm start: "
+        lines += ["", "summed kernel time per call, medians: exhaustive / cold max-autotune "
+                      f"{fmt(entry.get('kernel_ratio_exhaustive_vs_cold'), '.3f')}; default sweep / cold "
+                      f"{fmt(entry.get('kernel_ratio_default_vs_cold'), '.3f')}; exhaustive / default "
                       f"{fmt(entry.get('kernel_ratio_exhaustive_vs_default'), '.3f')}", ""]
     return lines
 
@@ -157,7 +203,8 @@ def plan(models: list[tuple[str, str]], args: argparse.Namespace) -> list[str]:
                 lines.append(f"{name}: {step}: autotune {command}")
             else:
                 profile = " --kernel-profile" if args.kernel_profile else ""
-                lines.append(f"{name}: {step}: compile_time scenario {SCENARIO[step]}{profile}")
+                lines.append(f"{name}: {step}: compile_time scenario {SCENARIO[step]}{profile}, "
+                             f"{args.samples} processes taking turns with the other compiles")
     return lines
 
 
@@ -168,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"names ({', '.join(compile_time.MODELS)}) or files (default %(default)s)")
     parser.add_argument("--budget-s", type=float, default=20.0, help="the exhaustive sweep's --budget-s (default 20)")
     harness.output_options(parser, "exhaustive", "the GPU's name", timeout=300.0, per="step")
+    parser.add_argument("--samples", type=int, default=2, help="processes per compile step, taking turns (default 2)")
     parser.add_argument("--runs", type=int, default=50, help="timed calls per compile step (default 50)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
     parser.add_argument("--no-kernel-profile", dest="kernel_profile", action="store_false",
@@ -182,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.budget_s <= 0 or args.runs < 1 or args.warmup < 0 or args.timeout <= 0:
-        raise SystemExit("--budget-s, --runs and --timeout must be positive and --warmup >= 0")
+    if args.budget_s <= 0 or args.runs < 1 or args.samples < 1 or args.warmup < 0 or args.timeout <= 0:
+        raise SystemExit("--budget-s, --runs, --samples and --timeout must be positive and --warmup >= 0")
     models = _models(args.models)
     if args.dry_run:
         print("\n".join(plan(models, args)))

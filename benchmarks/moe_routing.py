@@ -72,9 +72,8 @@ def _child_run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if how.startswith("warm"):
         import autotune
 
-        # warm_start()'s own argument wins over AUTOTUNE_ON_MISS, so the variant's is passed as one.
-        handle = autotune.warm_start(args.cache if how == "warm" else args.empty_cache,
-                                     on_miss=os.environ.get("AUTOTUNE_ON_MISS", "tune"))
+        # Each variant's AUTOTUNE_* (warm-aten's AUTOTUNE_ON_MISS among them) reaches it from the environment.
+        handle = autotune.warm_start(args.cache if how == "warm" else args.empty_cache)
     prepared = compile_time._prepare(args.model, None, args.device, None)
     model, inputs = prepared.module, prepared.inputs
     with torch.no_grad():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cache.records import InputLayout, TuningRequest
-from autotune.settings import Settings, SettingsError
+from autotune.settings import Settings, SettingsError, warm_start_settings
 from autotune.shapes import shape_summary
 from autotune.sweep.plan import dedupe, make_plan
 
@@ -40,6 +40,20 @@ def test_settings_read_environment_and_flags_win() -> None:
 def test_settings_fail_loudly_on_bad_environment(name: str, value: str, needle: str) -> None:
     with pytest.raises(SettingsError, match=needle):
         Settings.from_env({name: value})
+
+
+def test_warm_start_keeps_the_environment_unless_its_arguments_say_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_ON_MISS", "aten")
+    monkeypatch.setenv("AUTOTUNE_WRITE_BACK", "0")
+    from_env = warm_start_settings()
+    assert (from_env.on_miss, from_env.write_back) == ("aten", False)
+    given = warm_start_settings(on_miss="error", write_back=True)
+    assert (given.on_miss, given.write_back) == ("error", True)
+    monkeypatch.delenv("AUTOTUNE_ON_MISS")
+    monkeypatch.delenv("AUTOTUNE_WRITE_BACK")
+    default = warm_start_settings()
+    assert (default.on_miss, default.write_back) == ("tune", True)
 
 
 def test_dedupe_merges_identical_requests_and_their_candidates() -> None:

@@ -251,8 +251,8 @@ def _triton_device() -> str | None:
 def warm_start(
     cache: str | None = None,
     *,
-    on_miss: str = "tune",
-    write_back: bool = True,
+    on_miss: str | None = None,
+    write_back: bool | None = None,
     read_only: bool = False,
     trusted_keys: Sequence[str] | None = None,
     signing_key: str | None = None,
@@ -261,7 +261,7 @@ def warm_start(
     """Serve every later torch.compile autotune request in this process from the cache.
 
     ``cache`` is a database URL (None: ``AUTOTUNE_CACHE`` or the embedded SQLite
-    file). ``on_miss`` is "tune" (benchmark as usual), "aten" (take ATen without
+    file). ``on_miss`` (None: ``AUTOTUNE_ON_MISS``, else "tune") is "tune" (benchmark as usual), "aten" (take ATen without
     benchmarking), "error" (raise, naming the request) or "nearest" (take the kernel
     the sweep chose for the nearest shape it swept, within 4x in every dimension, without
     benchmarking; tune if there is none). Every miss is logged for the next sweep. A second call replaces
