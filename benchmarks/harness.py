@@ -312,10 +312,43 @@ def run(cmd: list[str], env: dict[str, str], timeout: float, log_path: Path | No
             stdout, stderr = proc.communicate()
         rc = None
     wall = time.perf_counter() - start
+    _reap_group(proc.pid)
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text(f"$ {' '.join(cmd)}\n# rc={rc} wall={wall:.1f}s\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
     return Completed(rc, stdout or "", stderr or "", wall)
+
+
+def _reap_group(pid: int, grace_s: float = 10.0) -> None:
+    """Wait until nothing of a finished child's process group still runs (its compile workers shut
+    down after it): a worker still ending would take CPU from the next child's timings. What still
+    runs after ``grace_s`` is killed."""
+    deadline = time.perf_counter() + grace_s
+    while _group_runs(pid):
+        if time.perf_counter() > deadline:
+            log.warning("process group %d still ran %.0f s after its child ended: killed", pid, grace_s)
+            _signal_group(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
+
+
+def _group_runs(group: int) -> bool:
+    """Whether a process of ``group`` runs (a zombie waiting for init to reap it does not)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: the group's existence is all there is to ask
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended while being read
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _signal_group(pid: int, signum: int) -> None:
