@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from argparse import Namespace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,8 @@ def compare(output: Any, reference: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the parent
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, entry: dict[str, Any], save: Callable[[], None]) -> None:
+    """Fills ``entry`` step by step, saving after each: a cut command keeps what it measured."""
     from benchmarks import compile_time, zoo
 
     tmp = Path(tempfile.mkdtemp(prefix="moe_routing_"))
@@ -127,24 +129,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     cache_url, empty_url = f"sqlite:///{tmp / 'cache.db'}", f"sqlite:///{tmp / 'empty.db'}"
     run = compile_time.ModelRun(args.model, model, [compile_time.ARTIFACTS], tmp, cache_url, train=False)
     log_dir = Path(args.log_dir) if args.log_dir else None
-    entry: dict[str, Any] = {"model": args.model, "device": args.device, "variants": {}}
+    entry.update(model=args.model, device=args.device, variants={})
     sweep_args = Namespace(timeout=args.sweep_timeout, batch_size=None, sweep_arg=["--device", args.device])
     entry["sweep"] = sweep = compile_time.run_sweep(run, sweep_args, log_dir / "sweep.log" if log_dir else None)
+    save()
     if sweep.get("status") != "ok":
-        return entry
+        return
     reference = tmp / "eager.pt"
     common = ["--model", model, "--device", args.device, "--cache", cache_url, "--empty-cache", empty_url,
               "--reference", str(reference)]
     entry["eager"] = _run_child(tmp, "eager", 0, common, {}, run.signing_key, args)
     if entry["eager"].get("status") != "ok":
-        return entry
+        return
     for sample in range(args.samples):  # taking turns, as every benchmark here does
         for name in args.variant_names:
             result = _run_child(tmp, name, sample, common, VARIANTS[name][1], run.signing_key, args)
             entry["variants"].setdefault(name, []).append(result)
+            save()
             log.info("%s %d: %s deviation %s, %s tokens moved", name, sample + 1, result.get("status"),
                      result.get("deviation"), result.get("moved_tokens"))
-    return entry
 
 
 def _run_child(tmp: Path, variant: str, sample: int, common: list[str], extra: dict[str, str],
@@ -220,9 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     run = store.run(args.label or f"{harness.slug(info.get('gpu') or 'cpu')}: {args.model}", info,
                     "python -m benchmarks.moe_routing " + " ".join(argv))
     began = time.perf_counter()
-    run["entry"] = measure(args)
-    run["wall_s"] = time.perf_counter() - began
-    store.save()
+    run["entry"] = {}
+
+    def save() -> None:
+        run["wall_s"] = time.perf_counter() - began
+        store.save()
+
+    measure(args, run["entry"], save)
+    save()
     print(store.path.with_suffix(".md").read_text())
     return 0 if run["entry"].get("variants") else 1
 
