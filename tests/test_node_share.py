@@ -366,11 +366,13 @@ def test_building_local_rank_0s_share_imports_no_sqlalchemy(tmp_path: Path) -> N
 
 # Two ranks of one node as torchrun starts them: sibling processes (this test is their agent),
 # each with the hook's own policy. Local rank 0 reports when its share ends and what is left of it.
+# The lookup timeout is long: on a loaded CI host rank 0's first answer (its store's imports) took
+# over the default 2 s, and rank 1 then rightly gave up on it, which is not what this test is about.
 _RANK_0 = """
 import sys, threading, time
 from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
-policy = ServePolicy(Settings(cache=sys.argv[1]))
+policy = ServePolicy(Settings(cache=sys.argv[1], lookup_timeout=30.0))
 server = policy.store._node._server
 print("serving", flush=True)
 print("served" if server.wait_served(120) else "not served", flush=True)
@@ -386,7 +388,7 @@ sys.path.insert(0, sys.argv[2])
 from factories import make_env
 from autotune.job.serve_policy import ServePolicy
 from autotune.settings import Settings
-policy = ServePolicy(Settings(cache=sys.argv[1]))
+policy = ServePolicy(Settings(cache=sys.argv[1], lookup_timeout=30.0))
 env = make_env(device_kind="cpu", device_name="a cpu")
 print(policy.store.call(lambda store: (type(store).__name__, store.lookup(env, "absent"))), policy.stats.database_calls)
 policy.close()
