@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,14 +373,7 @@ def child_scenario(args: argparse.Namespace) -> int:
         counter.patch(sys.modules[BENCHMARKING_MODULE])
     else:
         sys.meta_path.insert(0, _PatchOnImport(BENCHMARKING_MODULE, counter.patch))
-    try:
-        _run_scenario(args, result, counter)
-    except BaseException as exc:  # noqa: BLE001 - the parent gets the error, whatever it is
-        result.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-harness.TAIL_CHARS:])
-        harness.emit(result)
-        return 1
-    harness.emit(result)
-    return 0
+    return harness.child_result(result, lambda: _run_scenario(args, result, counter))
 
 
 def _run_scenario(args: argparse.Namespace, result: dict[str, Any], counter: BenchmarkCounter) -> None:

@@ -97,16 +97,14 @@ def run_model(name: str, path: str, args: argparse.Namespace, gpu: str) -> dict[
             exhaustive = step == "sweep-exhaustive"
             if exhaustive and caches["default"].exists():
                 harness.copy_sqlite(caches["default"], caches["exhaustive"])
-            url = f"sqlite:///{caches['exhaustive' if exhaustive else 'default']}"
             log.info("%s: %s ...", name, step)
-            result = run_sweep(path, url, tmp, args, exhaustive, _log_path(args, gpu, name, step))
+            result = run_sweep(path, _cache_url(caches, step), tmp, args, exhaustive, _log_path(args, gpu, name, step))
             entry["steps"][step] = {**result, "date": harness.now()}
             log.info("%s: %s %s %s", name, step, result.get("status"), result.get("error") or "")
         for sample in range(args.samples):  # the compiles take turns: a drift of the GPU's clocks hits each alike
             for step in COMPILES:
-                url = f"sqlite:///{caches['exhaustive' if step.endswith('exhaustive') else 'default']}"
                 log.info("%s: %s, sample %d ...", name, step, sample + 1)
-                result = run_compile(step, name, path, url, tmp / str(sample), args,
+                result = run_compile(step, name, path, _cache_url(caches, step), tmp / str(sample), args,
                                      _log_path(args, gpu, name, f"{step}-{sample}"))
                 samples[step].append({**result, "date": harness.now()})
                 log.info("%s: %s %s %s", name, step, result.get("status"), result.get("error") or "")
@@ -121,6 +119,11 @@ def run_model(name: str, path: str, args: argparse.Namespace, gpu: str) -> dict[
     entry["kernel_ratio_exhaustive_vs_cold"] = ratio(kernel["warm-exhaustive"], kernel["max-autotune-cold"])
     entry["kernel_ratio_default_vs_cold"] = ratio(kernel["warm-default"], kernel["max-autotune-cold"])
     return entry
+
+
+def _cache_url(caches: dict[str, Path], step: str) -> str:
+    """The cache a step sweeps into or serves from: the exhaustive one for ``*-exhaustive``."""
+    return f"sqlite:///{caches['exhaustive' if step.endswith('exhaustive') else 'default']}"
 
 
 def _log_path(args: argparse.Namespace, gpu: str, name: str, step: str) -> Path | None:

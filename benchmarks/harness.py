@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -360,12 +361,14 @@ def _signal_group(pid: int, signum: int) -> None:
 
 def child_result(result: dict[str, Any], body: Callable[[], None]) -> int:
     """A child's one result line: ``result`` marked ok once ``body`` returns, or with the error it
-    raised, whatever it is (the parent records it); the child's exit code."""
+    raised, whatever it is, and the end of its traceback (the parent records them); the child's
+    exit code."""
     try:
         body()
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the parent gets the error, whatever it is
-        result["status"], result["error"] = "error", f"{type(exc).__name__}: {exc}"
+        result.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc()[-TAIL_CHARS:])
     emit(result)
     return 0 if result["status"] == "ok" else 1
 
