@@ -78,7 +78,7 @@ def current_revision(conn: Connection) -> str | None:
 
 def has_cache_tables(conn: Connection) -> bool:
     names = set(inspect(conn).get_table_names())
-    return bool(names & set(models.Base.metadata.tables))
+    return bool(names & set(models.metadata.tables))
 
 
 def lock_for_migration(conn: Connection, wait_s: float) -> None:

@@ -49,6 +49,7 @@ print(json.dumps({
     "repr_gate": guard_repr._needed(), "repr_patched_while_installed": patched_while_installed,
     "errors": handle.stats.errors,
     "store_calls_pending": handle._policy.store._pool.pending + handle._policy.store._writer.pending,
+    "orm_modules": sorted(name for name in sys.modules if name.startswith("sqlalchemy.orm")),
 }))
 """
 
@@ -80,6 +81,9 @@ def test_after_warm_start_and_the_first_compile_nothing_of_ours_is_left_in_the_p
     # The hook is still installed: Tensor.__repr__ is patched only where the gate says so.
     assert left["repr_patched_while_installed"] == left["repr_gate"]
     assert left["replaced"] == (["Tensor.__repr__"] if left["repr_gate"] else [])
+    # The store is SQLAlchemy Core alone: the ORM's modules, imported on the prefetch's thread
+    # while the script builds its model, would hold the GIL for nothing (cache/models.py).
+    assert left["orm_modules"] == []
 
 
 def test_by_default_the_hook_installs_before_warm_start_returns_on_every_machine(

@@ -27,7 +27,7 @@ from autotune.cache import (
     default_cache_url,
     resolve_cache_url,
 )
-from autotune.cache.models import Base
+from autotune.cache.models import metadata
 from autotune.cache.models import requests as requests_table
 from autotune.cache.records import STATUS_FAILED, STATUS_OK, digest
 from autotune.cache.schema import MIGRATIONS_DIR, head_revision
@@ -351,7 +351,7 @@ def test_models_match_migrations(store: Store, store_url: str) -> None:
     store.stats()  # creates the schema through the migrations
     engine = sa.create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
     engine.dispose()
     assert diff == []
 

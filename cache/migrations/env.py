@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from autotune.cache.models import Base
+from autotune.cache.models import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - misuse guard
@@ -17,7 +17,7 @@ if connection is None:  # pragma: no cover - misuse guard
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     # SQLite cannot ALTER most things; batch mode rebuilds tables instead.
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
