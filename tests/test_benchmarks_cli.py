@@ -256,6 +256,23 @@ def test_moe_routing_counts_a_row_that_moved_and_not_one_that_rounded() -> None:
         moe_routing.main(["--variants", "warm,hot"])
 
 
+def test_moe_sensitivity_breaks_one_tie_the_other_way_and_counts_dropped_choices() -> None:
+    import torch
+
+    from benchmarks import moe_sensitivity
+
+    logits = torch.tensor([[2.0, 1.0, 1.0, 0.0], [3.0, 2.0, 0.5, 0.0], [0.0, 1.0, 1.0, 1.0]], dtype=torch.bfloat16)
+    chosen, _ = moe_sensitivity._routing(logits, 2)
+    nudged, _ = moe_sensitivity._routing(moe_sensitivity._nudge_first_tie(logits, 2), 2)
+    # Token 0's second place is a tie (experts 1 and 2): it goes the other way; token 1 has no
+    # tie; token 2's tie is not the first, so it stays.
+    assert (nudged != chosen).any(-1).tolist() == [True, False, False]
+    experts = torch.tensor([[0, 1], [0, 1], [0, 2]])  # three tokens, top-2, expert 0 first for all
+    slots = moe_sensitivity._slots(experts, 3, capacity=2)
+    # Slot-major: the first choices (experts 0, 0, 0), then the second (1, 1, 2); slot = expert * 2 + position.
+    assert slots.tolist() == [0, 1, -1, 2, 3, 4]  # expert 0's third token is past its capacity: dropped
+
+
 def test_startup_skips_a_model_whose_library_is_missing_and_busies_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import startup
 
