@@ -190,6 +190,10 @@ def render(run: dict[str, Any]) -> list[str]:
     return lines + [""] + [f"- {line[:200]}" for line in failed] + [""]
 
 
+def results(out: Path) -> harness.Results:
+    return harness.Results(out, "moe_routing", "MoE routing: which served feature moves the output", render)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_child"]:
@@ -218,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     info = harness.machine(120)
     if args.device is None:
         args.device = "cuda" if info.get("gpu") else "cpu"
-    store = harness.Results(Path(args.out), "moe_routing", "MoE routing: which served feature moves the output",
-                            render)
+    store = results(Path(args.out))
     run = store.run(args.label or f"{harness.slug(info.get('gpu') or 'cpu')}: {args.model}", info,
                     "python -m benchmarks.moe_routing " + " ".join(argv))
     began = time.perf_counter()
