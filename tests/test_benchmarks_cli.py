@@ -267,6 +267,9 @@ def test_moe_sensitivity_breaks_one_tie_the_other_way_and_counts_dropped_choices
     # Token 0's second place is a tie (experts 1 and 2): it goes the other way; token 1 has no
     # tie; token 2's tie is not the first, so it stays.
     assert (nudged != chosen).any(-1).tolist() == [True, False, False]
+    # The experts come first choice first, the order MoE.forward gives them their slots in.
+    first_then_second, _ = moe_sensitivity._routing(torch.tensor([[0.0, 2.0, 1.0, 3.0]]), 2)
+    assert first_then_second.tolist() == [[3, 1]]
     experts = torch.tensor([[0, 1], [0, 1], [0, 2]])  # three tokens, top-2, expert 0 first for all
     slots = moe_sensitivity._slots(experts, 3, capacity=2)
     # Slot-major: the first choices (experts 0, 0, 0), then the second (1, 1, 2); slot = expert * 2 + position.
